@@ -1,0 +1,160 @@
+/**
+ * Element types and reduction operators shared by every layer, and the rules that tie a TypedArray to a
+ * dtype. The names mirror NCCL's `ncclDataType_t` and `ncclRedOp_t`.
+ *
+ * @module
+ */
+
+/** The element types dcomm moves and reduces; they mirror NCCL's `ncclDataType_t`. */
+export type DType =
+  | "int8"
+  | "uint8"
+  | "int32"
+  | "uint32"
+  | "int64"
+  | "uint64"
+  | "float16"
+  | "bfloat16"
+  | "float32"
+  | "float64";
+
+/** Every {@linkcode DType}, in NCCL's enum order. */
+export const DTYPES: readonly DType[] = [
+  "int8",
+  "uint8",
+  "int32",
+  "uint32",
+  "int64",
+  "uint64",
+  "float16",
+  "bfloat16",
+  "float32",
+  "float64",
+] as const;
+
+/** Reduction operators; `avg` divides the sum by the number of contributions (as NCCL's `ncclAvg`). */
+export type ReduceOp = "sum" | "prod" | "min" | "max" | "avg";
+
+/** Every {@linkcode ReduceOp}, in NCCL's enum order. */
+export const REDUCE_OPS: readonly ReduceOp[] = ["sum", "prod", "min", "max", "avg"] as const;
+
+/** Any TypedArray dcomm accepts as a tensor. */
+export type TypedArray =
+  | Int8Array
+  | Uint8Array
+  | Uint8ClampedArray
+  | Int16Array
+  | Uint16Array
+  | Int32Array
+  | Uint32Array
+  | BigInt64Array
+  | BigUint64Array
+  | Float16Array
+  | Float32Array
+  | Float64Array;
+
+const BYTES: Record<DType, number> = {
+  int8: 1,
+  uint8: 1,
+  int32: 4,
+  uint32: 4,
+  int64: 8,
+  uint64: 8,
+  float16: 2,
+  bfloat16: 2,
+  float32: 4,
+  float64: 8,
+};
+
+/** The size in bytes of one element of `dtype`. */
+export function dtypeSize(dtype: DType): number {
+  const n = BYTES[dtype];
+  if (n === undefined) {
+    throw new TypeError(`Unknown dtype: expected one of ${DTYPES.join(", ")}, found ${String(dtype)}`);
+  }
+  return n;
+}
+
+/** True for the floating-point dtypes (float16, bfloat16, float32, float64). */
+export function isFloat(dtype: DType): boolean {
+  return dtype === "float16" || dtype === "bfloat16" || dtype === "float32" || dtype === "float64";
+}
+
+/** Throws a TypeError unless `op` is a {@linkcode ReduceOp}. */
+export function checkOp(op: unknown): ReduceOp {
+  if (typeof op !== "string" || !(REDUCE_OPS as readonly string[]).includes(op)) {
+    throw new TypeError(`Unknown reduce op: expected one of ${REDUCE_OPS.join(", ")}, found ${String(op)}`);
+  }
+  return op as ReduceOp;
+}
+
+/** Throws a TypeError unless `dtype` is a {@linkcode DType}. */
+export function checkDType(dtype: unknown): DType {
+  if (typeof dtype !== "string" || !(DTYPES as readonly string[]).includes(dtype)) {
+    throw new TypeError(`Unknown dtype: expected one of ${DTYPES.join(", ")}, found ${String(dtype)}`);
+  }
+  return dtype as DType;
+}
+
+/** The name of a TypedArray's constructor, for error messages. */
+export function arrayKind(a: unknown): string {
+  if (a === null) return "null";
+  if (typeof a !== "object") return typeof a;
+  return (a as object).constructor?.name ?? "object";
+}
+
+/**
+ * The dtype of a TypedArray. A `Uint16Array` holds float16 or bfloat16 bits and needs the dtype spelled
+ * out; a `Float16Array` is float16.
+ *
+ * @param array The tensor.
+ * @param dtype The dtype the caller gave, if any; checked against the array's element size.
+ * @returns The dtype.
+ * @throws {TypeError} If the array is not a supported TypedArray, or `dtype` does not fit it.
+ *
+ * @example Inferring dtypes
+ * ```ts
+ * import { dtypeOf } from "./dtype.ts";
+ * import assert from "node:assert/strict";
+ * assert.equal(dtypeOf(new Float32Array(4)), "float32");
+ * assert.equal(dtypeOf(new Uint16Array(4), "bfloat16"), "bfloat16");
+ * ```
+ */
+export function dtypeOf(array: TypedArray, dtype?: DType): DType {
+  let inferred: DType | undefined;
+  if (array instanceof Float32Array) inferred = "float32";
+  else if (array instanceof Float64Array) inferred = "float64";
+  else if (array instanceof Int32Array) inferred = "int32";
+  else if (array instanceof Uint32Array) inferred = "uint32";
+  else if (array instanceof Int8Array) inferred = "int8";
+  else if (array instanceof Uint8Array) inferred = "uint8";
+  else if (array instanceof BigInt64Array) inferred = "int64";
+  else if (array instanceof BigUint64Array) inferred = "uint64";
+  else if (array instanceof Float16Array) inferred = "float16";
+  else if (array instanceof Uint16Array) {
+    if (dtype === undefined) {
+      throw new TypeError(
+        'A Uint16Array needs an explicit dtype: expected { dtype: "float16" } or { dtype: "bfloat16" }, found none',
+      );
+    }
+    inferred = undefined;
+  } else {
+    throw new TypeError(
+      `Unsupported tensor: expected a TypedArray of a dcomm dtype, found ${arrayKind(array)}`,
+    );
+  }
+  if (dtype === undefined) return inferred!;
+  checkDType(dtype);
+  const fits = inferred === dtype ||
+    (array instanceof Uint16Array && (dtype === "float16" || dtype === "bfloat16")) ||
+    (array instanceof Float16Array && dtype === "float16");
+  if (!fits) {
+    throw new TypeError(`Dtype mismatch: ${arrayKind(array)} cannot hold ${dtype}; it holds ${inferred}`);
+  }
+  return dtype;
+}
+
+/** A Uint8Array over the same bytes as `array` (no copy). */
+export function bytesOf(array: TypedArray): Uint8Array {
+  return new Uint8Array(array.buffer, array.byteOffset, array.byteLength);
+}
