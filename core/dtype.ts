@@ -121,37 +121,32 @@ export function arrayKind(a: unknown): string {
  * ```
  */
 export function dtypeOf(array: TypedArray, dtype?: DType): DType {
-  let inferred: DType | undefined;
-  if (array instanceof Float32Array) inferred = "float32";
-  else if (array instanceof Float64Array) inferred = "float64";
-  else if (array instanceof Int32Array) inferred = "int32";
-  else if (array instanceof Uint32Array) inferred = "uint32";
-  else if (array instanceof Int8Array) inferred = "int8";
-  else if (array instanceof Uint8Array) inferred = "uint8";
-  else if (array instanceof BigInt64Array) inferred = "int64";
-  else if (array instanceof BigUint64Array) inferred = "uint64";
-  else if (array instanceof Float16Array) inferred = "float16";
-  else if (array instanceof Uint16Array) {
-    if (dtype === undefined) {
-      throw new TypeError(
-        'A Uint16Array needs an explicit dtype: expected { dtype: "float16" } or { dtype: "bfloat16" }, found none',
-      );
-    }
-    inferred = undefined;
-  } else {
+  if (array instanceof Uint16Array) {
+    if (dtype === "float16" || dtype === "bfloat16") return dtype;
     throw new TypeError(
-      `Unsupported tensor: expected a TypedArray of a dcomm dtype, found ${arrayKind(array)}`,
+      'A Uint16Array needs an explicit dtype: expected "float16" or "bfloat16", found ' +
+        (dtype === undefined ? "none" : String(dtype)),
     );
   }
-  if (dtype === undefined) return inferred!;
+  const inferred = inferDType(array);
+  if (dtype === undefined || dtype === inferred) return inferred;
   checkDType(dtype);
-  const fits = inferred === dtype ||
-    (array instanceof Uint16Array && (dtype === "float16" || dtype === "bfloat16")) ||
-    (array instanceof Float16Array && dtype === "float16");
-  if (!fits) {
-    throw new TypeError(`Dtype mismatch: ${arrayKind(array)} cannot hold ${dtype}; it holds ${inferred}`);
-  }
-  return dtype;
+  throw new TypeError(`Dtype mismatch: ${arrayKind(array)} holds ${inferred}, found dtype ${dtype}`);
+}
+
+function inferDType(array: TypedArray): DType {
+  if (array instanceof Float32Array) return "float32";
+  if (array instanceof Float64Array) return "float64";
+  if (array instanceof Int32Array) return "int32";
+  if (array instanceof Uint32Array) return "uint32";
+  if (array instanceof Int8Array) return "int8";
+  if (array instanceof Uint8Array) return "uint8";
+  if (array instanceof BigInt64Array) return "int64";
+  if (array instanceof BigUint64Array) return "uint64";
+  if (array instanceof Float16Array) return "float16";
+  throw new TypeError(
+    `Unsupported tensor: expected a TypedArray of a dcomm dtype, found ${arrayKind(array)}`,
+  );
 }
 
 /** A Uint8Array over the same bytes as `array` (no copy). */
