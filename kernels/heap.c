@@ -2,6 +2,8 @@
  * wasm/loader.ts), so the module needs no malloc and therefore no import for memory growth. */
 #include "common.h"
 
+#ifdef __wasm__
 extern unsigned char __heap_base;
 
 DC_EXPORT(heap_base) uintptr_t heap_base(void) { return (uintptr_t)&__heap_base; }
+#endif
