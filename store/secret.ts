@@ -1,0 +1,43 @@
+/**
+ * The shared secret of a job's store. The launcher generates one with {@linkcode generateSecret} and
+ * hands it to every rank in the `DCOMM_STORE_SECRET` environment variable; the TCP store proves knowledge
+ * of it by challenge–response (HMAC-SHA256 of a server nonce), so the secret itself never travels.
+ *
+ * @module
+ */
+
+/** The environment variable that carries the store secret from the launcher to the ranks. */
+export const STORE_SECRET_ENV = "DCOMM_STORE_SECRET";
+
+/**
+ * A fresh random secret: 32 bytes from the system's CSPRNG, as 64 hex digits (safe in any environment).
+ *
+ * @returns The secret.
+ *
+ * @example Handing a secret to the ranks
+ * ```ts
+ * import { generateSecret, secretFromEnv, STORE_SECRET_ENV } from "./secret.ts";
+ * import assert from "node:assert/strict";
+ *
+ * // A launcher reuses the job's secret if it was given one, and makes one otherwise.
+ * const secret = secretFromEnv() ?? generateSecret();
+ * const env = { [STORE_SECRET_ENV]: secret }; // each rank's Deno.Command `env`
+ * assert.equal(env.DCOMM_STORE_SECRET, secret);
+ * assert.match(generateSecret(), /^[0-9a-f]{64}$/);
+ * ```
+ */
+export function generateSecret(): string {
+  const bytes = crypto.getRandomValues(new Uint8Array(32));
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/**
+ * The secret in {@linkcode STORE_SECRET_ENV}, if this process may read it without a permission prompt.
+ *
+ * @returns The secret, or `undefined` when the variable is unset, empty or not readable.
+ */
+export function secretFromEnv(): string | undefined {
+  const status = Deno.permissions.querySync({ name: "env", variable: STORE_SECRET_ENV });
+  if (status.state !== "granted") return undefined;
+  return Deno.env.get(STORE_SECRET_ENV) || undefined;
+}
