@@ -1,0 +1,82 @@
+/**
+ * Deterministic payloads for transport tests: every byte depends on its position and a seed, so a byte
+ * delivered to the wrong place, twice, or from the wrong message is caught.
+ *
+ * @module
+ */
+
+/**
+ * Fills `into` with the pattern of `seed`.
+ *
+ * @param into The bytes to fill.
+ * @param seed Distinguishes messages.
+ */
+export function fillPattern(into: Uint8Array, seed: number): void {
+  const words = Math.floor(into.length / 4);
+  const aligned = into.byteOffset % 4 === 0
+    ? new Uint32Array(into.buffer, into.byteOffset, words)
+    : undefined;
+  if (aligned) {
+    for (let i = 0; i < words; i++) aligned[i] = Math.imul(i + 1, 2654435761) ^ seed;
+  } else {
+    const view = new DataView(into.buffer, into.byteOffset, into.length);
+    for (let i = 0; i < words; i++) view.setUint32(i * 4, Math.imul(i + 1, 2654435761) ^ seed, true);
+  }
+  for (let i = words * 4; i < into.length; i++) into[i] = (seed + i) & 0xff;
+}
+
+/**
+ * Finds the first byte of `bytes` that differs from the pattern of `seed`.
+ *
+ * @param bytes The bytes received.
+ * @param seed The seed they were filled with.
+ * @returns The index of the first wrong byte, or -1 when all are right.
+ */
+export function firstWrongByte(bytes: Uint8Array, seed: number): number {
+  const expected = new Uint8Array(bytes.length);
+  fillPattern(expected, seed);
+  // Compare word by word where possible: a 64 MiB byte loop is slow enough to matter in the suite.
+  const words = Math.floor(bytes.length / 4);
+  if (bytes.byteOffset % 4 === 0) {
+    const a = new Uint32Array(bytes.buffer, bytes.byteOffset, words);
+    const b = new Uint32Array(expected.buffer, 0, words);
+    for (let i = 0; i < words; i++) if (a[i] !== b[i]) return firstDiff(bytes, expected, i * 4);
+  } else {
+    return firstDiff(bytes, expected, 0);
+  }
+  return firstDiff(bytes, expected, words * 4);
+}
+
+function firstDiff(a: Uint8Array, b: Uint8Array, from: number): number {
+  for (let i = from; i < a.length; i++) if (a[i] !== b[i]) return i;
+  return -1;
+}
+
+/** Sizes that cross every boundary of the framing: empty, tiny, the coalescing limit, stripes, 64 MiB. */
+export const MESSAGE_SIZES: readonly number[] = [
+  0,
+  1,
+  7,
+  4096,
+  16 * 1024,
+  16 * 1024 + 1,
+  65_536 + 3,
+  1 << 20,
+  (3 << 20) + 5,
+  0,
+  64 << 20,
+  13,
+];
+
+/** A 32-byte descriptor that carries a message index, as the layer above stamps its messages. */
+export function descriptor(index: number): Uint8Array {
+  const desc = new Uint8Array(32);
+  new DataView(desc.buffer).setUint32(0, index, true);
+  desc[31] = 0xd5;
+  return desc;
+}
+
+/** The message index of a descriptor made by {@linkcode descriptor}. */
+export function indexOf(desc: Uint8Array): number {
+  return new DataView(desc.buffer, desc.byteOffset, 32).getUint32(0, true);
+}

@@ -1,0 +1,349 @@
+/**
+ * The connect phase of the TCP transport: rendezvous through the store, then a full mesh of handshaken
+ * sockets. For each pair the HIGHER rank connects and the lower rank accepts, so rank 0 (usually on the
+ * master host, often started first) never dials and every rank dials only ranks already expected to be up.
+ *
+ * Store keys (under the caller's prefix): `token`, 16 random bytes set by rank 0, so that a connection from
+ * another job or a stale process is refused; `addr/<rank>`, the `host:port` each rank listens on.
+ *
+ * @module
+ */
+import { TimeoutError, TransportError } from "../core/errors.ts";
+import type { Store } from "../store/store.ts";
+import {
+  closeQuietly,
+  decodeHello,
+  encodeHello,
+  type Hello,
+  HELLO_BYTES,
+  readExact,
+  sameToken,
+  TOKEN_BYTES,
+  tuneSocket,
+  writeAll,
+} from "./_tcp_wire.ts";
+
+/** Everything the connect phase needs, already checked. */
+export interface MeshOptions {
+  /** This rank. */
+  rank: number;
+  /** The number of ranks. */
+  size: number;
+  /** The host published for peers to dial. */
+  hostname: string;
+  /** The address to listen on. */
+  listenHostname: string;
+  /** The whole phase's deadline. */
+  timeoutMs: number;
+  /** Sockets per pair. */
+  socketsPerPeer: number;
+  /** The store key prefix. */
+  prefix: string;
+}
+
+/** Back-off between dial attempts: starts small (the peer is usually a moment late), capped. */
+const FIRST_RETRY_MS = 10;
+const MAX_RETRY_MS = 500;
+
+/** A fault that no retry can fix (a rank with other settings): it ends the phase at once. */
+class Fatal extends Error {}
+
+/**
+ * Forms the full mesh.
+ *
+ * @param store Where addresses and the token are exchanged.
+ * @param options The checked options.
+ * @returns For each peer, its sockets in index order (empty for this rank).
+ * @throws {TimeoutError} If some peer did not show up in time; the message names every missing rank.
+ * @throws {TransportError} If a peer runs with other settings (world size, sockets per peer).
+ */
+export async function formMesh(store: Store, options: MeshOptions): Promise<Deno.TcpConn[][]> {
+  const mesh = new Mesh(store, options);
+  return await mesh.run();
+}
+
+class Mesh {
+  readonly #store: Store;
+  readonly #o: MeshOptions;
+  readonly #phase = new AbortController();
+  /** Per peer, per socket index: the handshaken socket. */
+  readonly #sockets: (Deno.TcpConn | undefined)[][];
+  /** Addresses read from the store, for the timeout message. */
+  readonly #addresses = new Map<number, string>();
+  /** Sockets whose handshake is under way; closed when the phase ends. */
+  readonly #handshaking = new Set<Deno.TcpConn>();
+  readonly #tasks: Promise<unknown>[] = [];
+  #token: Uint8Array | undefined;
+  #acceptedAll: () => void = () => {};
+
+  constructor(store: Store, options: MeshOptions) {
+    this.#store = store;
+    this.#o = options;
+    this.#sockets = Array.from(
+      { length: options.size },
+      () => new Array(options.socketsPerPeer).fill(undefined),
+    );
+  }
+
+  async run(): Promise<Deno.TcpConn[][]> {
+    const { rank, size, timeoutMs } = this.#o;
+    if (size === 1) return [[]];
+    let listener: Deno.TcpListener;
+    try {
+      listener = Deno.listen({ hostname: this.#o.listenHostname, port: 0, transport: "tcp" });
+    } catch (error) {
+      throw new TransportError(
+        `Cannot listen on ${this.#o.listenHostname} for rank ${rank}'s peers: ${(error as Error).message}`,
+        { cause: error },
+      );
+    }
+    const timer = setTimeout(() => this.#phase.abort(this.#timeoutError()), timeoutMs);
+    const failed = new Promise<never>((_, reject) => {
+      this.#phase.signal.addEventListener("abort", () => reject(this.#phase.signal.reason), { once: true });
+    });
+    failed.catch(() => {});
+    let formed = false;
+    try {
+      this.#token = await Promise.race([this.#worldToken(), failed]);
+      const address = `${publishable(this.#o.hostname)}:${listener.addr.port}`;
+      await Promise.race([this.#store.set(this.#key(`addr/${rank}`), address), failed]);
+      const accepted = new Promise<void>((resolve) => this.#acceptedAll = resolve);
+      if (this.#acceptComplete()) this.#acceptedAll();
+      const dials: Promise<void>[] = [];
+      for (let peer = 0; peer < rank; peer++) dials.push(this.#dialPeer(peer));
+      // `accepted` is not a task: it never settles when the phase fails, and nothing needs to wait for it.
+      this.#tasks.push(this.#acceptLoop(listener), ...dials);
+      for (const dial of dials) dial.catch((error) => this.#phase.abort(error));
+      await Promise.race([Promise.all([accepted, ...dials]), failed]);
+      formed = true;
+      return this.#sockets.map((socks, peer) => peer === rank ? [] : socks.map((s) => s as Deno.TcpConn));
+    } catch (error) {
+      throw error instanceof Fatal ? new TransportError(error.message) : error;
+    } finally {
+      clearTimeout(timer);
+      // Stops the accept loop, every dial still retrying and every handshake still waiting for bytes.
+      if (!this.#phase.signal.aborted) this.#phase.abort(new Error("The connect phase is over"));
+      closeQuietly(listener);
+      for (const conn of this.#handshaking) closeQuietly(conn);
+      await Promise.allSettled(this.#tasks);
+      if (!formed) { for (const socks of this.#sockets) for (const s of socks) if (s) closeQuietly(s); }
+    }
+  }
+
+  #key(name: string): string {
+    return `${this.#o.prefix}${name}`;
+  }
+
+  async #worldToken(): Promise<Uint8Array> {
+    if (this.#o.rank === 0) {
+      const token = crypto.getRandomValues(new Uint8Array(TOKEN_BYTES));
+      await this.#store.set(this.#key("token"), token);
+      return token;
+    }
+    const token = await this.#store.get(this.#key("token"), {
+      timeoutMs: Infinity,
+      signal: this.#phase.signal,
+    });
+    if (token.length !== TOKEN_BYTES) {
+      throw new Fatal(
+        `Cannot connect rank ${this.#o.rank}: store key "${
+          this.#key("token")
+        }" holds ${token.length} bytes, ` +
+          `expected a ${TOKEN_BYTES}-byte world token (is another job using the same prefix?)`,
+      );
+    }
+    return token;
+  }
+
+  #hello(socketIndex: number): Uint8Array {
+    const { rank, size, socketsPerPeer } = this.#o;
+    return encodeHello({ rank, size, socketIndex, socketsPerPeer, token: this.#token as Uint8Array });
+  }
+
+  /** Checks that a peer that knows the token runs with our settings; a mismatch is fatal, not retried. */
+  #checkSettings(hello: Hello): void {
+    const { rank, size, socketsPerPeer } = this.#o;
+    if (hello.size !== size) {
+      throw new Fatal(`Rank ${hello.rank} runs with world size ${hello.size} but rank ${rank} with ${size}`);
+    }
+    if (hello.socketsPerPeer !== socketsPerPeer) {
+      throw new Fatal(
+        `Rank ${hello.rank} runs with socketsPerPeer ${hello.socketsPerPeer} but rank ${rank} with ${socketsPerPeer}`,
+      );
+    }
+  }
+
+  async #acceptLoop(listener: Deno.TcpListener): Promise<void> {
+    const handshakes: Promise<void>[] = [];
+    try {
+      while (!this.#phase.signal.aborted) {
+        let conn: Deno.TcpConn;
+        try {
+          conn = await listener.accept();
+        } catch {
+          return; // The listener was closed: the phase is over.
+        }
+        handshakes.push(this.#acceptOne(conn));
+      }
+    } finally {
+      await Promise.allSettled(handshakes);
+    }
+  }
+
+  async #acceptOne(conn: Deno.TcpConn): Promise<void> {
+    this.#handshaking.add(conn);
+    let keep = false;
+    try {
+      tuneSocket(conn);
+      const bytes = new Uint8Array(HELLO_BYTES);
+      await readExact(conn, bytes);
+      const hello = decodeHello(bytes);
+      // A stray connection (a port scanner, another job, a stale rank of an earlier world) is refused by
+      // closing it; it must not disturb the mesh.
+      if (hello === undefined || !sameToken(hello.token, this.#token as Uint8Array)) return;
+      if (hello.size !== this.#o.size || hello.socketsPerPeer !== this.#o.socketsPerPeer) {
+        // Answer first, so that the dialler fails at once with the same finding instead of retrying.
+        await writeAll(conn, this.#hello(hello.socketIndex)).catch(() => {});
+        this.#checkSettings(hello);
+      }
+      const { rank, size, socketsPerPeer } = this.#o;
+      if (hello.rank <= rank || hello.rank >= size || hello.socketIndex >= socketsPerPeer) {
+        throw new Fatal(
+          `Rank ${rank} was dialled by a peer claiming rank ${hello.rank}, socket ${hello.socketIndex}; ` +
+            `only ranks ${rank + 1}..${size - 1} dial it, with socket indices 0..${socketsPerPeer - 1}`,
+        );
+      }
+      await writeAll(conn, this.#hello(hello.socketIndex));
+      if (this.#phase.signal.aborted) return;
+      const slot = this.#sockets[hello.rank];
+      // A retried dial replaces an earlier socket whose answer the dialler never saw.
+      const old = slot[hello.socketIndex];
+      if (old) closeQuietly(old);
+      slot[hello.socketIndex] = conn;
+      keep = true;
+      if (this.#acceptComplete()) this.#acceptedAll();
+    } catch (error) {
+      if (error instanceof Fatal) this.#phase.abort(error);
+    } finally {
+      this.#handshaking.delete(conn);
+      if (!keep) closeQuietly(conn);
+    }
+  }
+
+  #acceptComplete(): boolean {
+    for (let peer = this.#o.rank + 1; peer < this.#o.size; peer++) {
+      if (this.#sockets[peer].some((s) => s === undefined)) return false;
+    }
+    return true;
+  }
+
+  async #dialPeer(peer: number): Promise<void> {
+    await Promise.all(this.#sockets[peer].map((_, index) => this.#dialSocket(peer, index)));
+  }
+
+  /** The peer's address, read again before every attempt: a rank that restarted publishes a new one. */
+  async #addressOf(peer: number): Promise<{ hostname: string; port: number }> {
+    const key = this.#key(`addr/${peer}`);
+    const address = new TextDecoder().decode(
+      await this.#store.get(key, { timeoutMs: Infinity, signal: this.#phase.signal }),
+    );
+    this.#addresses.set(peer, address);
+    const colon = address.lastIndexOf(":");
+    const port = Number(address.slice(colon + 1));
+    if (colon <= 0 || !Number.isInteger(port) || port <= 0 || port > 65535) {
+      throw new Fatal(`Store key "${key}" holds "${address}", expected host:port`);
+    }
+    return { hostname: address.slice(0, colon).replace(/^\[(.*)\]$/, "$1"), port };
+  }
+
+  async #dialSocket(peer: number, index: number): Promise<void> {
+    const signal = this.#phase.signal;
+    let wait = FIRST_RETRY_MS;
+    while (true) {
+      const { hostname, port } = await this.#addressOf(peer);
+      signal.throwIfAborted();
+      let conn: Deno.TcpConn | undefined;
+      try {
+        conn = await Deno.connect({ hostname, port, transport: "tcp", signal });
+        this.#handshaking.add(conn);
+        signal.throwIfAborted();
+        tuneSocket(conn);
+        await writeAll(conn, this.#hello(index));
+        const bytes = new Uint8Array(HELLO_BYTES);
+        await readExact(conn, bytes);
+        signal.throwIfAborted();
+        const answer = decodeHello(bytes);
+        // Not our peer (a stale address, or a port reused by another process): try again until it is.
+        if (answer !== undefined && sameToken(answer.token, this.#token as Uint8Array)) {
+          this.#checkSettings(answer);
+          if (answer.rank === peer && answer.socketIndex === index) {
+            this.#handshaking.delete(conn);
+            this.#sockets[peer][index] = conn;
+            conn = undefined;
+            return;
+          }
+        }
+      } catch (error) {
+        if (error instanceof Fatal) throw error;
+        if (signal.aborted) throw signal.reason;
+        // Refused, reset, or closed during the handshake: the peer is not listening yet.
+      } finally {
+        if (conn) {
+          this.#handshaking.delete(conn);
+          closeQuietly(conn);
+        }
+      }
+      await sleep(wait, signal);
+      wait = Math.min(wait * 2, MAX_RETRY_MS);
+    }
+  }
+
+  #timeoutError(): TimeoutError {
+    const { rank, size, timeoutMs } = this.#o;
+    const missing: string[] = [];
+    const ranks: number[] = [];
+    for (let peer = 0; peer < size; peer++) {
+      if (peer === rank) continue;
+      const socks = this.#sockets[peer];
+      const have = socks.filter((s) => s !== undefined).length;
+      if (have === socks.length) continue;
+      ranks.push(peer);
+      const partly = have > 0 ? ` (${have} of ${socks.length} sockets)` : "";
+      if (peer > rank) {
+        missing.push(`rank ${peer} never connected${partly}`);
+      } else if (this.#token === undefined && peer === 0) {
+        missing.push(`rank 0 never published the world token (store key "${this.#key("token")}")`);
+      } else if (!this.#addresses.has(peer)) {
+        missing.push(`rank ${peer} never published its address (store key "${this.#key(`addr/${peer}`)}")`);
+      } else {
+        missing.push(`rank ${peer} did not answer at ${this.#addresses.get(peer)}${partly}`);
+      }
+    }
+    return new TimeoutError(
+      `Cannot connect rank ${rank} of ${size} within ${timeoutMs} ms: missing rank${
+        ranks.length > 1 ? "s" : ""
+      } ` +
+        `${ranks.join(", ")}: ${missing.join("; ")}`,
+    );
+  }
+}
+
+/** `host` as it goes before `:port`: IPv6 literals in brackets. */
+function publishable(hostname: string): string {
+  return hostname.includes(":") && !hostname.startsWith("[") ? `[${hostname}]` : hostname;
+}
+
+/** Sleeps `ms`, or rejects with the signal's reason, leaving no timer behind either way. */
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const onAbort = (): void => {
+      clearTimeout(timer);
+      reject(signal.reason);
+    };
+    const timer = setTimeout(() => {
+      signal.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    signal.addEventListener("abort", onAbort, { once: true });
+  });
+}

@@ -1,0 +1,576 @@
+/**
+ * {@linkcode TcpTransport}: messages between processes and hosts over TCP, a full mesh of sockets with
+ * one reader loop per pair. Big payloads go from the sender's view to the socket and from the socket into
+ * the receiver's view without an intermediate copy; a pair may stripe big payloads over several sockets.
+ *
+ * ## Connect phase
+ * Each rank listens on an ephemeral port and publishes `host:port` under `<prefix>addr/<rank>`; rank 0
+ * publishes a random 16-byte world token under `<prefix>token`. For each pair the HIGHER rank dials the
+ * lower one (retrying until the deadline) and opens `socketsPerPeer` sockets; each socket starts with a
+ * handshake both ways, and a connection whose handshake lacks the token is closed (refused).
+ *
+ * ## Wire format (integers little-endian)
+ * Handshake, 40 bytes, sent first by the dialling rank and answered by the accepting one:
+ * ```
+ *  0 u32 magic "DCTH"        4 u32 version (1)      8 u32 sender's rank     12 u32 world size
+ * 16 u16 socket index       18 u16 sockets per pair 20 u32 reserved (0)     24 16 bytes world token
+ * ```
+ * Then frames, each a 48-byte header and a payload:
+ * ```
+ *  0 u32 magic "DCTF"        4 u32 kind: 1 DATA, 2 ABORT, 3 CLOSE
+ *  8 32 bytes descriptor (zero for ABORT and CLOSE)
+ * 40 u64 payload length     48 payload: DATA's message, ABORT's reason in UTF-8 (≤ 64 KiB), none for CLOSE
+ * ```
+ * Headers always travel on socket 0. A DATA payload of `n` bytes is split into
+ * `k = clamp(floor(n / 1 MiB), 1, socketsPerPeer)` contiguous stripes; stripe `i` travels on socket `i`,
+ * right after the header on socket 0 for stripe 0. Since every socket is FIFO and both ends compute the same
+ * split from `n`, stripes of successive messages never mix up. CLOSE says the sender closed the transport:
+ * the end of its stream that follows is not a failure (unless a receive was still waiting on it).
+ *
+ * ## Failure model
+ * Any fault on any pair (end of stream or reset without CLOSE, a malformed header, an ABORT frame, a
+ * receive check that throws, a length mismatch) fails the whole transport: `failed` resolves with the error,
+ * every pending and later send and receive rejects with it, each peer is sent an ABORT frame with its
+ * message (after the send under way on that pair, if any, for at most a second, since a frame cannot
+ * interrupt a payload), and every socket is closed.
+ *
+ * @module
+ */
+import { TransportError } from "../core/errors.ts";
+import type { Store } from "../store/store.ts";
+import { formMesh } from "./_tcp_mesh.ts";
+import {
+  closeQuietly,
+  COALESCE_BYTES,
+  decodeHeader,
+  discardExact,
+  encodeHeader,
+  EndOfStream,
+  FRAME_ABORT,
+  FRAME_CLOSE,
+  FRAME_DATA,
+  type Header,
+  HEADER_BYTES,
+  readExact,
+  SENT_REASON_BYTES,
+  stripes,
+  writeAll,
+} from "./_tcp_wire.ts";
+import { DESC_BYTES, type Pair, type RecvCheck, type Transport } from "./transport.ts";
+
+/** Options of {@linkcode TcpTransport.connect}. */
+export interface TcpTransportOptions {
+  /** This rank, in `0..size-1`. */
+  rank: number;
+  /** The number of ranks. */
+  size: number;
+  /**
+   * The address this rank listens on and publishes for its peers to dial: a host name or IP literal that
+   * every other rank can reach.
+   *
+   * @default {"127.0.0.1"}
+   */
+  hostname?: string;
+  /**
+   * The address to listen on, when it differs from the published one (`"0.0.0.0"` behind NAT or in a
+   * container).
+   *
+   * @default {hostname}
+   */
+  listenHostname?: string;
+  /**
+   * How long the connect phase may take, in milliseconds, before it throws a `TimeoutError` naming the
+   * ranks that did not show up.
+   *
+   * @default {300000}
+   */
+  timeoutMs?: number;
+  /**
+   * Sockets per pair (1 to 64). Payloads of at least 2 MiB are striped over up to this many sockets, so
+   * that one big message uses several streams (and several kernel send and receive buffers). Every rank
+   * must use the same value.
+   *
+   * @default {1}
+   */
+  socketsPerPeer?: number;
+  /**
+   * Prefix of this transport's keys in the store, so that several worlds (or groups) share one store. Each
+   * world needs its own prefix, also when worlds follow each other in one store: a rank that read the
+   * previous world's token would be refused by the new one until the deadline.
+   *
+   * @default {"tcp/"}
+   */
+  prefix?: string;
+}
+
+/** How long a failing rank waits for a send under way before it gives up telling that peer why. */
+const ABORT_GRACE_MS = 1000;
+/** Where payloads go that nobody wants anymore (after a failure), so the stream stays in step. */
+const DISCARD_BYTES = 1 << 20;
+
+/**
+ * A rank's TCP connections to every other rank of a world.
+ *
+ * @example Two ranks in one process
+ * ```ts
+ * import { MemoryStore } from "../store/memory_store.ts";
+ * import { TcpTransport, type TcpTransportOptions } from "./tcp.ts";
+ * import assert from "node:assert/strict";
+ *
+ * await using store = new MemoryStore();
+ * const options: TcpTransportOptions[] = [{ rank: 0, size: 2 }, { rank: 1, size: 2 }];
+ * const [a, b] = await Promise.all(options.map((o) => TcpTransport.connect(store, o)));
+ * const desc = new Uint8Array(32);
+ * const got = new Uint8Array(3);
+ * await Promise.all([a.pair(1).send(desc, new Uint8Array([1, 2, 3])), b.pair(0).recv(got)]);
+ * assert.deepEqual([...got], [1, 2, 3]);
+ * await Promise.all([a.close(), b.close()]);
+ * ```
+ */
+export class TcpTransport implements Transport {
+  /** Always `"tcp"`. */
+  readonly kind: string = "tcp";
+  /** This rank. */
+  readonly rank: number;
+  /** The number of ranks. */
+  readonly size: number;
+  /** Sockets per pair. */
+  readonly socketsPerPeer: number;
+  /** Resolves with the error that failed the transport; never resolves if it only closes. */
+  readonly failed: Promise<Error>;
+
+  readonly #links: (TcpPair | undefined)[];
+  #failure: Error | undefined;
+  #resolveFailed: (error: Error) => void = () => {};
+  #closedError: TransportError | undefined;
+  #shutdown: Promise<void> | undefined;
+  #discard: Uint8Array | undefined;
+
+  private constructor(rank: number, size: number, socketsPerPeer: number, sockets: Deno.TcpConn[][]) {
+    this.rank = rank;
+    this.size = size;
+    this.socketsPerPeer = socketsPerPeer;
+    this.failed = new Promise((resolve) => this.#resolveFailed = resolve);
+    this.#links = sockets.map((conns, peer) =>
+      peer === rank ? undefined : new TcpPair(this.#host(), peer, conns)
+    );
+    for (const link of this.#links) link?.start();
+  }
+
+  /**
+   * Connects this rank to every other rank of the world: rendezvous through `store`, then a full mesh of
+   * sockets. Every rank of the world calls it with the same `size`, `socketsPerPeer` and `prefix`.
+   *
+   * @param store The rendezvous store shared by the world.
+   * @param options This rank, the world size, addresses, deadline, sockets per pair and key prefix.
+   * @returns The connected transport.
+   * @throws {TypeError | RangeError} If an option is invalid.
+   * @throws {TimeoutError} If some rank did not show up within `timeoutMs`; the message names each one.
+   * @throws {TransportError} If a rank runs with another world size or `socketsPerPeer`.
+   */
+  static async connect(store: Store, options: TcpTransportOptions): Promise<TcpTransport> {
+    const { rank, size } = options;
+    if (!Number.isInteger(size) || size < 1) throw new RangeError(`Expected size >= 1, found ${size}`);
+    if (!Number.isInteger(rank) || rank < 0 || rank >= size) {
+      throw new RangeError(`Expected rank in 0..${size - 1}, found ${rank}`);
+    }
+    const socketsPerPeer = options.socketsPerPeer ?? 1;
+    if (!Number.isInteger(socketsPerPeer) || socketsPerPeer < 1 || socketsPerPeer > 64) {
+      throw new RangeError(`Expected socketsPerPeer in 1..64, found ${socketsPerPeer}`);
+    }
+    const timeoutMs = options.timeoutMs ?? 300_000;
+    if (!(timeoutMs > 0)) throw new RangeError(`Expected timeoutMs > 0, found ${timeoutMs}`);
+    const hostname = options.hostname ?? "127.0.0.1";
+    if (typeof hostname !== "string" || hostname === "") {
+      throw new TypeError(`Expected a non-empty hostname, found ${JSON.stringify(hostname)}`);
+    }
+    const prefix = options.prefix ?? "tcp/";
+    const sockets = await formMesh(store, {
+      rank,
+      size,
+      hostname,
+      listenHostname: options.listenHostname ?? hostname,
+      // setTimeout cannot wait longer than 2^31 - 1 ms; longer is "forever" in practice anyway.
+      timeoutMs: Math.min(timeoutMs, 2 ** 31 - 1),
+      socketsPerPeer,
+      prefix,
+    });
+    return new TcpTransport(rank, size, socketsPerPeer, sockets);
+  }
+
+  /**
+   * The pair with `peer`.
+   *
+   * @param peer Another rank.
+   * @returns The pair.
+   * @throws {RangeError} If `peer` is this rank or out of range.
+   */
+  pair(peer: number): Pair {
+    const link = Number.isInteger(peer) ? this.#links[peer] : undefined;
+    if (link === undefined) {
+      throw new RangeError(
+        `Expected a peer rank in 0..${this.size - 1} other than ${this.rank}, found ${peer}`,
+      );
+    }
+    return link;
+  }
+
+  /**
+   * Fails every pending and future operation with `error`, sends `error.message` to every peer (best
+   * effort, at most about a second) and closes the sockets. Idempotent; {@linkcode TcpTransport.close}
+   * waits until the sockets are closed.
+   *
+   * @param error Why; every peer fails with `Rank <this rank> aborted: <error.message>`.
+   */
+  abort(error: Error): void {
+    this.#fail(error);
+  }
+
+  /**
+   * Closes every connection. Peers learn that this rank closed on purpose, so they do not fail unless
+   * they still wait for a message from it. Pending receives reject; sends made before `close()` are
+   * written first (for at most a second). After a failure, waits for the sockets to be closed.
+   */
+  close(): Promise<void> {
+    if (this.#shutdown === undefined) {
+      this.#closedError = new TransportError(
+        `Cannot use the TCP transport of rank ${this.rank}: it was closed`,
+      );
+      this.#shutdown = this.#farewell(FRAME_CLOSE, new Uint8Array(), this.#closedError);
+    }
+    return this.#shutdown;
+  }
+
+  /** Same as {@linkcode TcpTransport.close}, for `await using`. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+
+  /** What the pairs may see of their transport. */
+  #host(): Host {
+    return {
+      rank: this.rank,
+      socketsPerPeer: this.socketsPerPeer,
+      unusable: () => this.#failure ?? this.#closedError,
+      failure: () => this.#failure,
+      fail: (error) => this.#fail(error),
+      discard: () => this.#discard ??= new Uint8Array(DISCARD_BYTES),
+    };
+  }
+
+  #fail(error: Error): void {
+    if (this.#failure !== undefined || this.#closedError !== undefined) return;
+    this.#failure = error;
+    this.#resolveFailed(error);
+    for (const link of this.#links) link?.rejectPending(error, true);
+    const reason = new TextEncoder().encode(error.message).slice(0, SENT_REASON_BYTES);
+    this.#shutdown = this.#farewell(FRAME_ABORT, reason, error);
+  }
+
+  /** Tells every peer goodbye (ABORT or CLOSE), closes every socket and waits for the reader loops. */
+  async #farewell(kind: number, payload: Uint8Array, error: Error): Promise<void> {
+    const links = this.#links.filter((l): l is TcpPair => l !== undefined);
+    // Receives cannot complete any more; sends under way may (a peer may still be reading them).
+    for (const link of links) link.rejectPending(error, false);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const grace = new Promise<void>((resolve) => timer = setTimeout(resolve, ABORT_GRACE_MS));
+    try {
+      await Promise.race([Promise.allSettled(links.map((link) => link.sendFinal(kind, payload))), grace]);
+    } finally {
+      clearTimeout(timer);
+      for (const link of links) {
+        link.rejectPending(error, true);
+        link.closeSockets();
+      }
+      await Promise.allSettled(links.map((link) => link.done));
+    }
+  }
+}
+
+/** The transport as a pair sees it. */
+interface Host {
+  readonly rank: number;
+  readonly socketsPerPeer: number;
+  /** The error every new operation rejects with, once failed or closed. */
+  unusable(): Error | undefined;
+  /** The failure, once failed. */
+  failure(): Error | undefined;
+  fail(error: Error): void;
+  /** Scratch for payloads nobody wants. */
+  discard(): Uint8Array;
+}
+
+interface Posted {
+  into: Uint8Array;
+  check?: RecvCheck;
+  resolve: (desc: Uint8Array) => void;
+  reject: (error: unknown) => void;
+}
+
+interface Arrived {
+  desc: Uint8Array;
+  data: Uint8Array;
+  /** Resolves once every byte of `data` has been read. */
+  ready: Promise<void>;
+}
+
+class TcpPair implements Pair {
+  readonly peer: number;
+  /** Resolves when the reader loop has ended. */
+  done: Promise<void> = Promise.resolve();
+
+  readonly #host: Host;
+  readonly #conns: Deno.TcpConn[];
+  #sendTail: Promise<void> = Promise.resolve();
+  #posted: Posted[] = [];
+  #arrived: Arrived[] = [];
+  /** Rejecters of sends under way. */
+  readonly #sending = new Set<(error: Error) => void>();
+  /** Rejecters of receives whose message is still arriving (the others are in `#posted`). */
+  readonly #receiving = new Set<(error: Error) => void>();
+  /** The peer sent CLOSE: the end of its stream that follows is expected. */
+  #peerClosed = false;
+  #socketsClosed = false;
+
+  constructor(host: Host, peer: number, conns: Deno.TcpConn[]) {
+    this.#host = host;
+    this.peer = peer;
+    this.#conns = conns;
+  }
+
+  start(): void {
+    this.done = this.#readLoop();
+  }
+
+  async send(desc: Uint8Array, payload: Uint8Array): Promise<void> {
+    if (desc.length !== DESC_BYTES) {
+      throw new RangeError(`Expected a descriptor of ${DESC_BYTES} bytes, found ${desc.length}`);
+    }
+    const unusable = this.#host.unusable();
+    if (unusable) throw unusable;
+    const gone = this.#closedByPeer("send to");
+    if (gone) {
+      this.#host.fail(gone);
+      throw gone;
+    }
+    // Chained so that concurrent sends on one pair never interleave their bytes.
+    const write = this.#sendTail.then(() => this.#writeData(desc, payload));
+    this.#sendTail = write.catch(() => {});
+    // A failure releases the caller at once, even while the write that is under way finishes.
+    await this.#guard(this.#sending, write);
+  }
+
+  recv(into: Uint8Array, check?: RecvCheck): Promise<Uint8Array> {
+    const unusable = this.#host.unusable();
+    if (unusable) return Promise.reject(unusable);
+    const arrived = this.#arrived.shift();
+    if (arrived !== undefined) return this.#takeArrived(arrived, into, check);
+    const gone = this.#closedByPeer("receive from");
+    if (gone) {
+      this.#host.fail(gone);
+      return Promise.reject(gone);
+    }
+    return new Promise((resolve, reject) => this.#posted.push({ into, check, resolve, reject }));
+  }
+
+  async #takeArrived(arrived: Arrived, into: Uint8Array, check?: RecvCheck): Promise<Uint8Array> {
+    this.#checkHeader(into, arrived.desc, arrived.data.length, check);
+    await this.#guard(this.#receiving, arrived.ready);
+    into.set(arrived.data);
+    return arrived.desc;
+  }
+
+  /** Runs the caller's check and the length check; a throw fails the transport. */
+  #checkHeader(into: Uint8Array, desc: Uint8Array, bytes: number, check?: RecvCheck): void {
+    try {
+      check?.(desc, bytes);
+      if (bytes !== into.length) {
+        throw new TransportError(
+          `Rank ${this.peer} sent a message of ${bytes} bytes but rank ${this.#host.rank} expected ${into.length}`,
+          { peer: this.peer },
+        );
+      }
+    } catch (error) {
+      const failure = error instanceof Error ? error : new TransportError(String(error), { peer: this.peer });
+      this.#host.fail(failure);
+      throw failure;
+    }
+  }
+
+  #closedByPeer(what: string): TransportError | undefined {
+    if (!this.#peerClosed) return undefined;
+    return new TransportError(
+      `Cannot ${what} rank ${this.peer}: it closed its transport while rank ${this.#host.rank} still used it`,
+      { peer: this.peer },
+    );
+  }
+
+  /** Rejects every receive waiting on this pair, and with `sends` every send too. */
+  rejectPending(error: Error, sends: boolean): void {
+    const waiting = [
+      ...this.#posted.map((p) => p.reject),
+      ...this.#receiving,
+      ...(sends ? this.#sending : []),
+    ];
+    this.#posted = [];
+    this.#arrived = [];
+    this.#receiving.clear();
+    if (sends) this.#sending.clear();
+    for (const reject of waiting) reject(error);
+  }
+
+  /**
+   * `promise`, unless {@linkcode TcpPair.rejectPending} comes first. (Not a `Promise.race` with one
+   * long-lived "failed" promise: every race would leave a reaction on it, a leak over millions of sends.)
+   */
+  #guard<T>(set: Set<(error: Error) => void>, promise: Promise<T>): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      set.add(reject);
+      promise.then(
+        (value) => {
+          set.delete(reject);
+          resolve(value);
+        },
+        (error) => {
+          set.delete(reject);
+          reject(error);
+        },
+      );
+    });
+  }
+
+  async #writeData(desc: Uint8Array, payload: Uint8Array): Promise<void> {
+    // A send queued behind one that failed never starts: a frame cut in the middle cannot be resumed.
+    // (Sends queued before close() still go: close() waits for them.)
+    const unusable = this.#host.failure() ?? this.#closedByPeer("send to");
+    if (unusable) throw unusable;
+    try {
+      const bytes = payload.length;
+      if (bytes <= COALESCE_BYTES) {
+        const frame = new Uint8Array(HEADER_BYTES + bytes);
+        encodeHeader(frame, { kind: FRAME_DATA, desc, bytes });
+        frame.set(payload, HEADER_BYTES);
+        await writeAll(this.#conns[0], frame);
+        return;
+      }
+      const header = new Uint8Array(HEADER_BYTES);
+      encodeHeader(header, { kind: FRAME_DATA, desc, bytes });
+      const ranges = stripes(bytes, this.#host.socketsPerPeer);
+      await Promise.all(ranges.map(async ([start, end], i) => {
+        if (i === 0) await writeAll(this.#conns[0], header);
+        await writeAll(this.#conns[i], payload.subarray(start, end));
+      }));
+    } catch (error) {
+      throw this.#brokenStream(error, "send to");
+    }
+  }
+
+  /** Writes one final frame (CLOSE or ABORT) once the send under way, if any, is done. */
+  async sendFinal(kind: number, payload: Uint8Array): Promise<void> {
+    await this.#sendTail;
+    if (this.#socketsClosed) return;
+    const frame = new Uint8Array(HEADER_BYTES + payload.length);
+    encodeHeader(frame, { kind, desc: new Uint8Array(DESC_BYTES), bytes: payload.length });
+    frame.set(payload, HEADER_BYTES);
+    try {
+      await writeAll(this.#conns[0], frame);
+    } catch {
+      // The peer is gone already; it needs no goodbye.
+    }
+  }
+
+  closeSockets(): void {
+    this.#socketsClosed = true;
+    for (const conn of this.#conns) closeQuietly(conn);
+  }
+
+  /** Turns a socket error into the transport's failure (and fails the transport). */
+  #brokenStream(error: unknown, what: string): Error {
+    const settled = this.#host.unusable();
+    if (settled) return settled;
+    const peerClosed = this.#closedByPeer(what);
+    const failure = peerClosed ?? new TransportError(
+      `Rank ${this.peer} closed its connection to rank ${this.#host.rank} mid-collective` +
+        (error instanceof EndOfStream ? "" : ` (${error instanceof Error ? error.message : String(error)})`),
+      { peer: this.peer, cause: error },
+    );
+    this.#host.fail(failure);
+    return failure;
+  }
+
+  async #readLoop(): Promise<void> {
+    const headerBytes = new Uint8Array(HEADER_BYTES);
+    try {
+      while (true) {
+        await readExact(this.#conns[0], headerBytes);
+        const header = decodeHeader(headerBytes);
+        if (typeof header === "string") {
+          this.#host.fail(
+            new TransportError(
+              `Rank ${this.peer} sent rank ${this.#host.rank} a malformed frame: ${header}`,
+              {
+                peer: this.peer,
+              },
+            ),
+          );
+          return; // The stream is out of step; nothing after this can be parsed.
+        }
+        if (header.kind === FRAME_DATA) {
+          await this.#onData(header);
+        } else if (header.kind === FRAME_ABORT) {
+          const reason = new Uint8Array(header.bytes);
+          await readExact(this.#conns[0], reason);
+          const message = new TextDecoder().decode(reason);
+          this.#host.fail(new TransportError(`Rank ${this.peer} aborted: ${message}`, { peer: this.peer }));
+          return; // The peer closes its sockets next; nothing more will come.
+        } else {
+          this.#peerClosed = true;
+          if (this.#posted.length > 0) this.#host.fail(this.#closedByPeer("receive from") as TransportError);
+          return;
+        }
+      }
+    } catch (error) {
+      if (!this.#socketsClosed) this.#brokenStream(error, "receive from");
+    }
+  }
+
+  async #onData(header: Header): Promise<void> {
+    const posted = this.#host.failure() === undefined ? this.#posted.shift() : undefined;
+    if (posted !== undefined) {
+      try {
+        this.#checkHeader(posted.into, header.desc, header.bytes, posted.check);
+      } catch (error) {
+        posted.reject(error);
+        await this.#readPayload(undefined, header.bytes); // The transport failed: keep the stream in step.
+        return;
+      }
+      const desc = header.desc.slice();
+      await this.#readPayload(posted.into, header.bytes);
+      if (this.#host.failure() === undefined) posted.resolve(desc);
+      return;
+    }
+    if (this.#host.failure() !== undefined) return await this.#readPayload(undefined, header.bytes);
+    // Nobody waits yet: read into a fresh buffer, so a peer that sends before receiving never blocks.
+    const data = new Uint8Array(header.bytes);
+    let markReady: () => void = () => {};
+    this.#arrived.push({ desc: header.desc.slice(), data, ready: new Promise<void>((r) => markReady = r) });
+    await this.#readPayload(data, header.bytes);
+    markReady();
+  }
+
+  /**
+   * Reads a payload of `bytes` into `into`, stripe by stripe, straight from the sockets; without `into`
+   * (or once the transport failed) the bytes are discarded, so the stream stays in step with the frames.
+   */
+  async #readPayload(into: Uint8Array | undefined, bytes: number): Promise<void> {
+    const redirect = (): Uint8Array | undefined =>
+      this.#host.failure() === undefined ? undefined : this.#host.discard();
+    await Promise.all(
+      stripes(bytes, this.#host.socketsPerPeer).map(([start, end], i) =>
+        into === undefined
+          ? discardExact(this.#conns[i], end - start, this.#host.discard())
+          : readExact(this.#conns[i], into.subarray(start, end), redirect)
+      ),
+    );
+  }
+}

@@ -1,0 +1,70 @@
+/**
+ * The transport layer's contract: ordered, reliable messages between two ranks (a {@linkcode Pair}), and
+ * a {@linkcode Transport} that connects one rank to all the others. Algorithms never see a concrete
+ * transport; they see a communicator built on pairs (`collectives/comm.ts`).
+ *
+ * Every message carries a 32-byte descriptor chosen by the layer above (the backend stamps each message
+ * with the collective it belongs to, so ranks that disagree are caught). The receiver sees the descriptor
+ * and the payload length before a byte of payload lands in its buffer.
+ *
+ * Failure model: any error on a pair (peer closed, died, aborted, protocol violation) is fatal to the
+ * transport. {@linkcode Transport.abort} tells every peer why, best effort, and closes.
+ *
+ * @module
+ */
+
+/** Bytes in a message descriptor. */
+export const DESC_BYTES = 32;
+
+/**
+ * Called when a message's header arrives, before its payload is copied into the receive buffer. Throw to
+ * refuse the message (the transport then fails with that error).
+ */
+export type RecvCheck = (desc: Uint8Array, payloadBytes: number) => void;
+
+/** One end of an ordered, reliable message channel with one peer. */
+export interface Pair {
+  /** The peer's rank. */
+  readonly peer: number;
+  /**
+   * Sends one message. Resolves when `payload` may be reused.
+   *
+   * @param desc Exactly {@linkcode DESC_BYTES} bytes.
+   * @param payload The bytes to send.
+   */
+  send(desc: Uint8Array, payload: Uint8Array): Promise<void>;
+  /**
+   * Receives the next message from the peer into `into`. The message's payload length must equal
+   * `into.length`; `check` sees the descriptor and length first.
+   *
+   * @param into Where the payload goes.
+   * @param check Validates the header.
+   * @returns The message's descriptor.
+   */
+  recv(into: Uint8Array, check?: RecvCheck): Promise<Uint8Array>;
+}
+
+/** A rank's connections to every other rank of a world. */
+export interface Transport extends AsyncDisposable {
+  /** The kind, for reports: `"tcp"`, `"shm"`, `"inproc"`. */
+  readonly kind: string;
+  /** This rank. */
+  readonly rank: number;
+  /** The number of ranks. */
+  readonly size: number;
+  /**
+   * The pair with `peer`.
+   *
+   * @throws {RangeError} If `peer` is this rank or out of range.
+   */
+  pair(peer: number): Pair;
+  /**
+   * Fails every pending and future operation with `error`, tells every peer why (best effort), and
+   * closes the connections. Idempotent.
+   */
+  abort(error: Error): void;
+  /** Resolves when the transport fails (a peer died, aborted, or broke the protocol) with that error. */
+  readonly failed: Promise<Error>;
+  /** Closes every connection. */
+  close(): Promise<void>;
+}
