@@ -1,0 +1,455 @@
+/**
+ * The libc binding: POSIX shared memory (`shm_open`, `ftruncate`, `posix_fallocate`, `mmap`), process
+ * liveness (`kill`, `getpid`), futex waits and wakes (`syscall`), and errno. This is the only place in the project that opens libc, and it opens it on first
+ * use, so importing the module needs no `--allow-ffi`.
+ *
+ * Every wrapper turns a failed call into a {@linkcode LibcError} that names the call and says errno in
+ * words (`shm_open("/dcomm-x") failed: EEXIST (File exists)`).
+ *
+ * @module
+ */
+import {
+  DistError,
+  type DistErrorOptions,
+  LibraryNotFoundError,
+  UnsupportedError,
+} from "../../core/errors.ts";
+
+/** The symbols bound from libc, with their C declarations. */
+export const LIBC_SYMBOLS = {
+  shm_open: {
+    // int shm_open(const char *name, int oflag, mode_t mode);
+    parameters: [
+      "buffer", // const char *name (NUL-terminated)
+      "i32", // int oflag
+      "u32", // mode_t mode
+    ],
+    result: "i32",
+  },
+  shm_unlink: {
+    // int shm_unlink(const char *name);
+    parameters: [
+      "buffer", // const char *name (NUL-terminated)
+    ],
+    result: "i32",
+  },
+  ftruncate: {
+    // int ftruncate(int fd, off_t length);
+    parameters: [
+      "i32", // int fd
+      "i64", // off_t length
+    ],
+    result: "i32",
+  },
+  mmap: {
+    // void *mmap(void *addr, size_t length, int prot, int flags, int fd, off_t offset);
+    parameters: [
+      "pointer", // void *addr
+      "usize", // size_t length
+      "i32", // int prot
+      "i32", // int flags
+      "i32", // int fd
+      "i64", // off_t offset
+    ],
+    result: "pointer",
+  },
+  munmap: {
+    // int munmap(void *addr, size_t length);
+    parameters: [
+      "pointer", // void *addr
+      "usize", // size_t length
+    ],
+    result: "i32",
+  },
+  close: {
+    // int close(int fd);
+    parameters: [
+      "i32", // int fd
+    ],
+    result: "i32",
+  },
+  kill: {
+    // int kill(pid_t pid, int sig);
+    parameters: [
+      "i32", // pid_t pid
+      "i32", // int sig
+    ],
+    result: "i32",
+  },
+  getpid: {
+    // pid_t getpid(void);
+    parameters: [],
+    result: "i32",
+  },
+  __errno_location: {
+    // int *__errno_location(void);
+    parameters: [],
+    result: "pointer",
+  },
+  strerror: {
+    // char *strerror(int errnum);
+    parameters: [
+      "i32", // int errnum
+    ],
+    result: "pointer",
+  },
+  posix_fallocate: {
+    // int posix_fallocate(int fd, off_t offset, off_t len);  (returns an errno value; errno is untouched)
+    parameters: [
+      "i32", // int fd
+      "i64", // off_t offset
+      "i64", // off_t len
+    ],
+    result: "i32",
+  },
+  futex_wait: {
+    // long syscall(long number, ...), called as
+    // syscall(SYS_futex, uint32_t *uaddr, FUTEX_WAIT, uint32_t val, const struct timespec *timeout).
+    // Nonblocking: it sleeps on a pool thread and the event loop goes on.
+    name: "syscall",
+    parameters: [
+      "i64", // long number (SYS_futex)
+      "pointer", // uint32_t *uaddr (in a MAP_SHARED mapping: the futex is shared between processes)
+      "i64", // int futex_op (FUTEX_WAIT)
+      "i64", // uint32_t val (sleep only while *uaddr == val)
+      "buffer", // const struct timespec *timeout (relative: { time_t tv_sec; long tv_nsec; })
+    ],
+    result: "i64",
+    nonblocking: true,
+  },
+  futex_wake: {
+    // long syscall(long number, ...), called as syscall(SYS_futex, uint32_t *uaddr, FUTEX_WAKE, int nr_wake)
+    name: "syscall",
+    parameters: [
+      "i64", // long number (SYS_futex)
+      "pointer", // uint32_t *uaddr
+      "i64", // int futex_op (FUTEX_WAKE)
+      "i64", // int nr_wake (how many sleepers to wake)
+    ],
+    result: "i64",
+  },
+} as const satisfies Deno.ForeignLibraryInterface;
+
+/** The loaded symbols of libc. */
+export type LibcSymbols = Deno.DynamicLibrary<typeof LIBC_SYMBOLS>["symbols"];
+
+/** `oflag` bits of `shm_open` (Linux). */
+export const O_RDWR = 0o2;
+/** Create the object if it does not exist. */
+export const O_CREAT = 0o100;
+/** With `O_CREAT`: fail with EEXIST if it exists. */
+export const O_EXCL = 0o200;
+/** Pages may be read. */
+export const PROT_READ = 1;
+/** Pages may be written. */
+export const PROT_WRITE = 2;
+/** Share the mapping with every process that maps the same object. */
+export const MAP_SHARED = 1;
+/** errno: no such file or directory. */
+export const ENOENT = 2;
+/** errno: no such process. */
+export const ESRCH = 3;
+/** errno: operation not permitted. */
+export const EPERM = 1;
+/** errno: file exists. */
+export const EEXIST = 17;
+/** errno: no space left on device. */
+export const ENOSPC = 28;
+/** futex operation: sleep while the word holds a value. */
+export const FUTEX_WAIT = 0;
+/** futex operation: wake sleepers. */
+export const FUTEX_WAKE = 1;
+
+/**
+ * The futex system call's number on this architecture, or `undefined` where the binding does not know
+ * it (then callers poll instead).
+ */
+export const SYS_FUTEX: number | undefined = ({ x86_64: 202, aarch64: 98 } as Record<string, number>)[
+  Deno.build.arch
+];
+
+// The symbolic names of the errno values these calls can return, for messages.
+const ERRNO_NAMES: Readonly<Record<number, string>> = {
+  1: "EPERM",
+  2: "ENOENT",
+  3: "ESRCH",
+  4: "EINTR",
+  5: "EIO",
+  9: "EBADF",
+  11: "EAGAIN",
+  12: "ENOMEM",
+  13: "EACCES",
+  16: "EBUSY",
+  17: "EEXIST",
+  22: "EINVAL",
+  23: "ENFILE",
+  24: "EMFILE",
+  27: "EFBIG",
+  28: "ENOSPC",
+  36: "ENAMETOOLONG",
+  38: "ENOSYS",
+  75: "EOVERFLOW",
+};
+
+// Candidates in order; glibc >= 2.34 has shm_open in libc.so.6 itself.
+const LIBRARY_PATHS = ["libc.so.6"] as const;
+
+let library: Deno.DynamicLibrary<typeof LIBC_SYMBOLS> | undefined;
+
+/**
+ * The libc symbols, opening libc on the first call.
+ *
+ * @returns The bound symbols.
+ * @throws {UnsupportedError} On an OS other than Linux.
+ * @throws {LibraryNotFoundError} If libc cannot be opened.
+ */
+export function libc(): LibcSymbols {
+  if (library !== undefined) return library.symbols;
+  if (Deno.build.os !== "linux") {
+    throw new UnsupportedError(
+      `Cannot bind libc: shared memory transport supports Linux only, this is ${Deno.build.os}`,
+    );
+  }
+  const failures: string[] = [];
+  for (const path of LIBRARY_PATHS) {
+    try {
+      library = Deno.dlopen(path, LIBC_SYMBOLS);
+      return library.symbols;
+    } catch (error) {
+      failures.push(`${path}: ${error instanceof Error ? error.message : String(error)}`);
+    }
+  }
+  throw new LibraryNotFoundError(
+    `Cannot open libc: tried ${failures.join("; ")}. The shared memory transport needs glibc 2.34 or ` +
+      `newer (shm_open in libc.so.6) and --allow-ffi`,
+    { tried: LIBRARY_PATHS },
+  );
+}
+
+/** A libc call returned an error; `errno` says which. */
+export class LibcError extends DistError {
+  /** The call that failed, as `name(args)`. */
+  readonly call: string;
+  /** The errno value. */
+  readonly errno: number;
+
+  /**
+   * Builds the error of a failed call; the message says errno in words.
+   *
+   * @param call The call, as `name(args)`.
+   * @param errno The errno value it left.
+   * @param options The cause.
+   */
+  constructor(call: string, errno: number, options: DistErrorOptions = {}) {
+    super(`${call} failed: ${errnoText(errno)}`, { code: "LIBC", ...options });
+    this.call = call;
+    this.errno = errno;
+  }
+}
+
+/**
+ * errno in words: its symbolic name and `strerror`'s text.
+ *
+ * @param errno An errno value.
+ * @returns For example `"ENOENT (No such file or directory)"`.
+ */
+export function errnoText(errno: number): string {
+  const name = ERRNO_NAMES[errno] ?? `errno ${errno}`;
+  const text = Deno.UnsafePointerView.getCString(nonNull(libc().strerror(errno), "strerror"));
+  return `${name} (${text})`;
+}
+
+/**
+ * The calling thread's errno. Read it right after the failed call: nothing in between may run libc.
+ *
+ * @returns The errno value.
+ */
+export function errno(): number {
+  return new Deno.UnsafePointerView(nonNull(libc().__errno_location(), "__errno_location")).getInt32();
+}
+
+function nonNull(pointer: Deno.PointerValue, call: string): Deno.PointerObject {
+  if (pointer === null) throw new LibcError(`${call}()`, 0);
+  return pointer;
+}
+
+const encoder = new TextEncoder();
+
+function cString(text: string): Uint8Array<ArrayBuffer> {
+  const bytes = new Uint8Array(encoder.encode(text).length + 1);
+  encoder.encodeInto(text, bytes);
+  return bytes;
+}
+
+/** Options of {@linkcode shmOpen}. */
+export interface ShmOpenOptions {
+  /** Create the object; fail with EEXIST if it already exists. @default false */
+  create?: boolean;
+  /** Permission bits of a created object. @default 0o600 */
+  mode?: number;
+}
+
+/**
+ * Opens (or creates) a POSIX shared memory object for reading and writing.
+ *
+ * @param name The object's name: a slash then up to 254 characters without another slash.
+ * @param options Whether to create it, and its mode.
+ * @returns The file descriptor.
+ * @throws {LibcError} If `shm_open` fails.
+ */
+export function shmOpen(name: string, options: ShmOpenOptions = {}): number {
+  const flags = O_RDWR | (options.create ? O_CREAT | O_EXCL : 0);
+  const fd = libc().shm_open(cString(name), flags, options.mode ?? 0o600);
+  if (fd < 0) throw new LibcError(`shm_open(${JSON.stringify(name)})`, errno());
+  return fd;
+}
+
+/**
+ * Removes a shared memory object's name; mappings stay valid until unmapped.
+ *
+ * @param name The object's name.
+ * @returns `false` if no object had that name (ENOENT), `true` if it was removed.
+ * @throws {LibcError} If `shm_unlink` fails for another reason.
+ */
+export function shmUnlink(name: string): boolean {
+  if (libc().shm_unlink(cString(name)) === 0) return true;
+  const code = errno();
+  if (code === ENOENT) return false;
+  throw new LibcError(`shm_unlink(${JSON.stringify(name)})`, code);
+}
+
+/**
+ * Sets the size of the file behind `fd`.
+ *
+ * @param fd An open file descriptor.
+ * @param bytes The new size.
+ * @throws {LibcError} If `ftruncate` fails.
+ */
+export function ftruncate(fd: number, bytes: number): void {
+  if (libc().ftruncate(fd, BigInt(bytes)) !== 0) throw new LibcError(`ftruncate(${fd}, ${bytes})`, errno());
+}
+
+/** A shared, readable and writable mapping of a file. */
+export interface SharedMapping {
+  /** The mapping's address. */
+  readonly pointer: Deno.PointerObject;
+  /** Its length in bytes. */
+  readonly bytes: number;
+  /**
+   * The mapped memory as an ArrayBuffer. It must not be touched after {@linkcode munmap}: the memory
+   * is gone and an access crashes the process.
+   */
+  readonly buffer: ArrayBuffer;
+}
+
+/**
+ * Reserves the blocks of `fd` up to `bytes`, so that running out of space (a small /dev/shm) shows up
+ * here as ENOSPC instead of as a SIGBUS on first touch of a mapped page.
+ *
+ * @param fd An open file descriptor.
+ * @param bytes How many bytes from the start.
+ * @throws {LibcError} If `posix_fallocate` fails.
+ */
+export function fallocate(fd: number, bytes: number): void {
+  const code = libc().posix_fallocate(fd, 0n, BigInt(bytes));
+  if (code !== 0) throw new LibcError(`posix_fallocate(${fd}, 0, ${bytes})`, code);
+}
+
+/**
+ * Sleeps on a pool thread while the 32-bit word at `word` holds `expected`, for at most `timeoutMs`, or
+ * until {@linkcode futexWake}. It may also return early (a signal, or the word changed before the call);
+ * callers look at the word again.
+ *
+ * @param word The word's address, in a shared mapping.
+ * @param expected The value the caller saw.
+ * @param timeoutMs The longest sleep.
+ * @returns Resolves when the sleep ends.
+ * @throws {UnsupportedError} If the futex call number is unknown on this architecture.
+ */
+export async function futexWait(
+  word: Deno.PointerObject,
+  expected: number,
+  timeoutMs: number,
+): Promise<void> {
+  if (SYS_FUTEX === undefined) throw new UnsupportedError(`Cannot use futex on ${Deno.build.arch}`);
+  const ms = Math.max(0, Math.floor(timeoutMs));
+  // The nonblocking call keeps this buffer alive until it returns.
+  const timeout = new BigInt64Array([BigInt(Math.floor(ms / 1000)), BigInt((ms % 1000) * 1_000_000)]);
+  await libc().futex_wait(BigInt(SYS_FUTEX), word, BigInt(FUTEX_WAIT), BigInt(expected), timeout);
+}
+
+/**
+ * Wakes threads (of any process) sleeping in {@linkcode futexWait} on `word`.
+ *
+ * @param word The word's address, in a shared mapping.
+ * @returns How many were woken.
+ * @throws {UnsupportedError} If the futex call number is unknown on this architecture.
+ */
+export function futexWake(word: Deno.PointerObject): number {
+  if (SYS_FUTEX === undefined) throw new UnsupportedError(`Cannot use futex on ${Deno.build.arch}`);
+  return Number(libc().futex_wake(BigInt(SYS_FUTEX), word, BigInt(FUTEX_WAKE), 0x7fff_ffffn));
+}
+
+/**
+ * Maps `bytes` of `fd` shared, readable and writable.
+ *
+ * @param fd An open file descriptor at least `bytes` long.
+ * @param bytes How many bytes to map.
+ * @returns The mapping.
+ * @throws {LibcError} If `mmap` fails.
+ */
+export function mmapShared(fd: number, bytes: number): SharedMapping {
+  const pointer = libc().mmap(null, BigInt(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0n);
+  // MAP_FAILED is (void *)-1.
+  if (pointer === null || Deno.UnsafePointer.value(pointer) === 0xffff_ffff_ffff_ffffn) {
+    throw new LibcError(`mmap(fd ${fd}, ${bytes} bytes)`, errno());
+  }
+  return { pointer, bytes, buffer: Deno.UnsafePointerView.getArrayBuffer(pointer, bytes) };
+}
+
+/**
+ * Unmaps a mapping made by {@linkcode mmapShared}.
+ *
+ * @param mapping The mapping; its buffer must not be used afterwards.
+ * @throws {LibcError} If `munmap` fails.
+ */
+export function munmap(mapping: SharedMapping): void {
+  if (libc().munmap(mapping.pointer, BigInt(mapping.bytes)) !== 0) {
+    throw new LibcError(`munmap(${mapping.bytes} bytes)`, errno());
+  }
+}
+
+/**
+ * Closes a file descriptor.
+ *
+ * @param fd The descriptor.
+ * @throws {LibcError} If `close` fails.
+ */
+export function close(fd: number): void {
+  if (libc().close(fd) !== 0) throw new LibcError(`close(${fd})`, errno());
+}
+
+/**
+ * This process's id.
+ *
+ * @returns The pid.
+ */
+export function getpid(): number {
+  return libc().getpid();
+}
+
+/**
+ * Whether a process exists, by `kill(pid, 0)`: ESRCH means it does not; EPERM means it exists but
+ * belongs to another user. A zombie (dead, not yet reaped by its parent) still counts as existing.
+ *
+ * @param pid The process id.
+ * @returns `false` only if no process has that id.
+ * @throws {LibcError} If `kill` fails for another reason.
+ */
+export function processExists(pid: number): boolean {
+  if (libc().kill(pid, 0) === 0) return true;
+  const code = errno();
+  if (code === ESRCH) return false;
+  if (code === EPERM) return true;
+  throw new LibcError(`kill(${pid}, 0)`, code);
+}
