@@ -1,0 +1,97 @@
+/**
+ * The 32-byte descriptor stamped on every message of a call, so that a rank receiving a message from a
+ * peer that is running a different call (another collective, size, dtype, op, root or algorithm, or the
+ * same call at another sequence number) reports both calls instead of corrupting data or hanging.
+ *
+ * Layout (little-endian): group u32 @0 | seq u32 @4 | collective u8 @8 | dtype u8 @9 | op u8 @10 |
+ * algorithm u8 @11 | root i32 @12 | count f64 @16 | servers u32 @24 | reserved @28..31 (zero).
+ *
+ * @module
+ */
+import { type DType, DTYPES, REDUCE_OPS, type ReduceOp } from "../../core/dtype.ts";
+import { DESC_BYTES } from "../../transport/transport.ts";
+import { type Collective, COLLECTIVES } from "./_protocol.ts";
+
+/** A call, as its descriptor records it. */
+export interface CallDescriptor {
+  /** Group id. */
+  group: number;
+  /** Sequence number of the call in its group (per pair for send/recv). */
+  seq: number;
+  /** The collective. */
+  collective: Collective;
+  /** The dtype. */
+  dtype: DType;
+  /** The op. */
+  op: ReduceOp;
+  /** The algorithm's name, or "" when it has none. */
+  algorithm: string;
+  /** Root or peer. */
+  root: number;
+  /** Element count. */
+  count: number;
+  /** Parameter servers of a `ps` all-reduce (0 otherwise). */
+  servers: number;
+}
+
+/**
+ * Encodes a descriptor.
+ *
+ * @param d The call.
+ * @param algorithms Every algorithm name, indexed by its code.
+ * @returns 32 bytes.
+ */
+export function encodeDescriptor(d: CallDescriptor, algorithms: readonly string[]): Uint8Array {
+  const bytes = new Uint8Array(DESC_BYTES);
+  const v = new DataView(bytes.buffer);
+  v.setUint32(0, d.group, true);
+  v.setUint32(4, d.seq >>> 0, true);
+  v.setUint8(8, COLLECTIVES.indexOf(d.collective) + 1);
+  v.setUint8(9, DTYPES.indexOf(d.dtype));
+  v.setUint8(10, REDUCE_OPS.indexOf(d.op));
+  v.setUint8(11, algorithms.indexOf(d.algorithm) + 1);
+  v.setInt32(12, d.root, true);
+  v.setFloat64(16, d.count, true);
+  v.setUint32(24, d.servers, true);
+  return bytes;
+}
+
+/**
+ * Decodes a descriptor (unknown codes decode as `"?"` so that a garbled one still prints).
+ *
+ * @param bytes 32 bytes.
+ * @param algorithms Every algorithm name, indexed by its code.
+ * @returns The call.
+ */
+export function decodeDescriptor(bytes: Uint8Array, algorithms: readonly string[]): CallDescriptor {
+  const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  return {
+    group: v.getUint32(0, true),
+    seq: v.getUint32(4, true),
+    collective: (COLLECTIVES[v.getUint8(8) - 1] ?? "?") as Collective,
+    dtype: (DTYPES[v.getUint8(9)] ?? "?") as DType,
+    op: (REDUCE_OPS[v.getUint8(10)] ?? "?") as ReduceOp,
+    algorithm: algorithms[v.getUint8(11) - 1] ?? "",
+    root: v.getInt32(12, true),
+    count: v.getFloat64(16, true),
+    servers: v.getUint32(24, true),
+  };
+}
+
+/** Whether two encoded descriptors are the same call. */
+export function sameDescriptor(a: Uint8Array, b: Uint8Array): boolean {
+  for (let i = 0; i < DESC_BYTES; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
+/** A call as a user would read it: `allReduce(1024 × float32, op sum, ring) #12 in group 0`. */
+export function describeCall(d: CallDescriptor): string {
+  const parts = [`${d.count} × ${d.dtype}`];
+  if (d.collective === "allReduce" || d.collective === "reduce" || d.collective === "reduceScatter") {
+    parts.push(`op ${d.op}`);
+  }
+  if (d.collective === "broadcast" || d.collective === "reduce") parts.push(`root ${d.root}`);
+  if (d.collective === "send" || d.collective === "recv") parts.push(`peer ${d.root}`);
+  if (d.algorithm) parts.push(d.servers ? `${d.algorithm} with ${d.servers} servers` : d.algorithm);
+  return `${d.collective}(${parts.join(", ")}) #${d.seq} in group ${d.group}`;
+}

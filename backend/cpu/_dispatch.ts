@@ -1,0 +1,132 @@
+/**
+ * From a call to an algorithm: the name `"auto"` resolves through the cost model with the transport's
+ * constants, and each collective's registry runs the chosen one on the call's buffers.
+ *
+ * @module
+ */
+import {
+  ALGORITHMS,
+  ALL_GATHER_ALGORITHMS,
+  ALL_REDUCE_ALGORITHMS,
+  ALL_TO_ALL_ALGORITHMS,
+  BARRIER_ALGORITHMS,
+  BROADCAST_ALGORITHMS,
+  chooseAlgorithm,
+  REDUCE_ALGORITHMS,
+  REDUCE_SCATTER_ALGORITHMS,
+} from "../../collectives/mod.ts";
+import type { CollectiveContext } from "../../collectives/comm.ts";
+import { DEFAULT_CONSTANTS, type TransportKind } from "../../sim/cost_model.ts";
+import type { Collective, OpRequest } from "./_protocol.ts";
+
+/** Every algorithm name of every collective, once, in a fixed order: their descriptor codes. */
+export const ALGORITHM_NAMES: readonly string[] = [...new Set(Object.values(ALGORITHMS).flat())];
+
+/**
+ * Checks an algorithm name for a collective.
+ *
+ * @throws {TypeError} If the collective has no algorithm of that name.
+ */
+export function checkAlgorithm(collective: Collective, name: string): void {
+  if (name === "auto" || collective === "send" || collective === "recv") return;
+  const names = ALGORITHMS[collective] as readonly string[];
+  if (!names.includes(name)) {
+    throw new TypeError(
+      `Unknown ${collective} algorithm: expected "auto" or one of ${
+        names.map((n) => `"${n}"`).join(", ")
+      }, ` +
+        `found "${name}"`,
+    );
+  }
+}
+
+/**
+ * The algorithm a call runs: its own choice, or the cost model's for `"auto"`.
+ *
+ * @param collective The collective.
+ * @param name The name asked for.
+ * @param shape The call's bytes (as the cost model counts them), group size and transport.
+ * @returns The name (`""` for send/recv).
+ */
+export function resolveAlgorithm(
+  collective: Collective,
+  name: string,
+  shape: { bytes: number; size: number; transport: string; chunkBytes: number; servers?: number },
+): string {
+  if (collective === "send" || collective === "recv") return "";
+  checkAlgorithm(collective, name);
+  if (name !== "auto") return name;
+  const constants = DEFAULT_CONSTANTS[shape.transport as TransportKind] ?? DEFAULT_CONSTANTS.tcp;
+  return chooseAlgorithm(collective, { ...shape, constants });
+}
+
+/** Bytes of a call as the cost model counts them (the whole n-block buffer for block collectives). */
+export function modelBytes(op: OpRequest, elemSize: number, size: number): number {
+  const bytes = op.count * elemSize;
+  return op.collective === "allGather" ? bytes * size : bytes;
+}
+
+/**
+ * Runs the chosen algorithm of a call on its buffers.
+ *
+ * @param ctx The context.
+ * @param op The call.
+ * @param algorithm The resolved name.
+ * @param buffers The call's input (or in-place tensor) and output.
+ */
+export async function runAlgorithm(
+  ctx: CollectiveContext,
+  op: OpRequest,
+  algorithm: string,
+  buffers: { input?: Uint8Array; output?: Uint8Array },
+): Promise<void> {
+  const { input, output } = buffers;
+  const need = (b: Uint8Array | undefined, what: string): Uint8Array => {
+    if (!b) throw new TypeError(`A ${op.collective} call needs ${what}`);
+    return b;
+  };
+  switch (op.collective) {
+    case "allReduce":
+      return await ALL_REDUCE_ALGORITHMS[algorithm as keyof typeof ALL_REDUCE_ALGORITHMS](
+        ctx,
+        need(input, "a tensor"),
+        op.servers === undefined ? undefined : { servers: op.servers },
+      );
+    case "broadcast":
+      return await BROADCAST_ALGORITHMS[algorithm as keyof typeof BROADCAST_ALGORITHMS](
+        ctx,
+        need(input, "a tensor"),
+        op.root,
+      );
+    case "reduce":
+      return await REDUCE_ALGORITHMS[algorithm as keyof typeof REDUCE_ALGORITHMS](
+        ctx,
+        need(input, "a tensor"),
+        op.root,
+      );
+    case "allGather":
+      return await ALL_GATHER_ALGORITHMS[algorithm as keyof typeof ALL_GATHER_ALGORITHMS](
+        ctx,
+        need(input, "an input"),
+        need(output, "an output"),
+      );
+    case "reduceScatter":
+      return await REDUCE_SCATTER_ALGORITHMS[algorithm as keyof typeof REDUCE_SCATTER_ALGORITHMS](
+        ctx,
+        need(input, "an input"),
+        need(output, "an output"),
+      );
+    case "allToAll":
+      return await ALL_TO_ALL_ALGORITHMS[algorithm as keyof typeof ALL_TO_ALL_ALGORITHMS](
+        ctx,
+        need(input, "an input"),
+        need(output, "an output"),
+      );
+    case "barrier":
+      return await BARRIER_ALGORITHMS[algorithm as keyof typeof BARRIER_ALGORITHMS](ctx);
+    case "send":
+      return await ctx.comm.send(op.root, need(input, "a tensor"));
+    case "recv":
+      return await ctx.comm.recv(op.root, need(output, "a tensor"));
+  }
+}

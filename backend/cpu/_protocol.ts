@@ -1,0 +1,117 @@
+/**
+ * Messages between a rank's main thread (the process group) and its communication Worker (the engine).
+ * Tensors cross as regions of SharedArrayBuffers, so the engine reads and writes them in place while the
+ * main thread computes.
+ *
+ * @module
+ */
+import type { DType, ReduceOp } from "../../core/dtype.ts";
+import type { WorkReport } from "../work.ts";
+
+/** The collectives, in the order of their wire codes (1-based). */
+export const COLLECTIVES = [
+  "allReduce",
+  "broadcast",
+  "reduce",
+  "allGather",
+  "reduceScatter",
+  "allToAll",
+  "barrier",
+  "send",
+  "recv",
+] as const;
+
+/** A collective's name. */
+export type Collective = typeof COLLECTIVES[number];
+
+/** A region of a SharedArrayBuffer. */
+export interface Region {
+  /** The buffer. */
+  buffer: SharedArrayBuffer;
+  /** Where the region starts. */
+  byteOffset: number;
+  /** Its length. */
+  byteLength: number;
+}
+
+/** One call, as the engine receives it. */
+export interface OpRequest {
+  /** Unique per engine. */
+  id: number;
+  /** The group it runs in (0 = world). */
+  group: number;
+  /** The collective. */
+  collective: Collective;
+  /** Element type. */
+  dtype: DType;
+  /** Reduction (sum for collectives without one). */
+  op: ReduceOp;
+  /** Root for broadcast/reduce, peer for send/recv (group ranks); 0 otherwise. */
+  root: number;
+  /** The algorithm asked for, or "auto". */
+  algorithm: string;
+  /** Parameter servers, for the `ps` all-reduce. */
+  servers?: number;
+  /** Elements of the tensor (input for allGather/reduceScatter/allToAll). */
+  count: number;
+  /** The input (or the in-place tensor). */
+  input?: Region;
+  /** The output, for out-of-place collectives. */
+  output?: Region;
+  /** Milliseconds before the call fails. */
+  timeoutMs: number;
+}
+
+/** How the engine connects. */
+export interface EngineConfig {
+  /** Global rank. */
+  rank: number;
+  /** World size. */
+  size: number;
+  /** The rendezvous store. */
+  store: { hostname: string; port: number; secret?: string };
+  /** Prefix of this world's keys in the store. */
+  prefix: string;
+  /** `"auto"`, `"tcp"`, `"shm"` or `"inproc"`. */
+  transport: string;
+  /** For `"inproc"`: the mesh made by `createInprocMesh`. */
+  inprocMesh?: unknown;
+  /** The address this rank's TCP listener publishes. */
+  hostname: string;
+  /** TCP sockets per peer. */
+  socketsPerPeer: number;
+  /** Default timeout (ms) of calls and of connecting. */
+  timeoutMs: number;
+  /** The pipelining chunk (bytes). */
+  chunkBytes: number;
+  /** Whether every message carries its call's descriptor for the mismatch check. */
+  checkCalls: boolean;
+}
+
+/** A serialised error. */
+export interface WireError {
+  /** The class name. */
+  name: string;
+  /** The message. */
+  message: string;
+  /** DistError code. */
+  code?: string;
+  /** Peer rank, for TransportErrors. */
+  peer?: number;
+}
+
+/** Main thread → engine. */
+export type ToEngine =
+  | { type: "init"; config: EngineConfig }
+  | { type: "op"; op: OpRequest }
+  | { type: "group"; id: number; ranks: number[]; timeoutMs: number }
+  | { type: "cancel"; id: number; reason: string }
+  | { type: "close" };
+
+/** Engine → main thread. */
+export type FromEngine =
+  | { type: "ready"; transport: string }
+  | { type: "done"; id: number; report: WorkReport }
+  | { type: "error"; id: number; error: WireError }
+  | { type: "failed"; error: WireError }
+  | { type: "closed" };

@@ -1,0 +1,74 @@
+/**
+ * Reductions for the engine: the WASM kernels applied to regions of SharedArrayBuffers. Wasm memory
+ * cannot alias a SharedArrayBuffer, so each reduction streams through fixed staging slots in wasm memory,
+ * a chunk at a time (the chunk stays in cache between the copy in, the kernel and the copy out). The slots
+ * are allocated once, so no call ever grows wasm memory.
+ *
+ * @module
+ */
+import { type DType, dtypeSize, type ReduceOp } from "../../core/dtype.ts";
+import type { Kernels } from "../../wasm/kernels.ts";
+
+/** Bytes per staging slot: large enough to amortise a kernel call, small enough to stay in L2. */
+const SLOT_BYTES = 256 * 1024;
+
+/** Chunked WASM reductions over any memory. */
+export class Reducer {
+  #k: Kernels;
+  #slots: number[] = [];
+
+  /**
+   * @param kernels The loaded kernels.
+   * @param maxInputs The most inputs a `reduceMany` will get (the world size).
+   */
+  constructor(kernels: Kernels, maxInputs: number) {
+    this.#k = kernels;
+    for (let i = 0; i < Math.max(2, maxInputs + 1); i++) this.#slots.push(kernels.heap.alloc(SLOT_BYTES));
+  }
+
+  /** `dst = op(dst, src)`; both hold whole elements of `dtype`. */
+  reduce(dtype: DType, op: ReduceOp, dst: Uint8Array, src: Uint8Array): void {
+    const es = dtypeSize(dtype);
+    const mem = this.#k.heap.bytes();
+    const [a, b] = this.#slots;
+    for (let off = 0; off < dst.byteLength; off += SLOT_BYTES) {
+      const len = Math.min(SLOT_BYTES, dst.byteLength - off);
+      mem.set(dst.subarray(off, off + len), a);
+      mem.set(src.subarray(off, off + len), b);
+      this.#k.reducePtr(dtype, op, a, b, len / es);
+      dst.set(mem.subarray(a, a + len), off);
+    }
+  }
+
+  /** `dst = op(srcs[0], …, srcs[k-1])` in that order. */
+  reduceMany(dtype: DType, op: ReduceOp, dst: Uint8Array, srcs: readonly Uint8Array[]): void {
+    if (srcs.length + 1 > this.#slots.length) {
+      for (let i = this.#slots.length; i <= srcs.length; i++) {
+        this.#slots.push(this.#k.heap.alloc(SLOT_BYTES));
+      }
+    }
+    const es = dtypeSize(dtype);
+    const mem = this.#k.heap.bytes();
+    const out = this.#slots[0];
+    const ins = this.#slots.slice(1, srcs.length + 1);
+    for (let off = 0; off < dst.byteLength; off += SLOT_BYTES) {
+      const len = Math.min(SLOT_BYTES, dst.byteLength - off);
+      for (let i = 0; i < srcs.length; i++) mem.set(srcs[i].subarray(off, off + len), ins[i]);
+      this.#k.reduceManyPtr(dtype, op, out, ins, len / es);
+      dst.set(mem.subarray(out, out + len), off);
+    }
+  }
+
+  /** `dst /= divisor` (NCCL's avg: a float scale, an integer division). */
+  divide(dtype: DType, dst: Uint8Array, divisor: number): void {
+    const es = dtypeSize(dtype);
+    const mem = this.#k.heap.bytes();
+    const a = this.#slots[0];
+    for (let off = 0; off < dst.byteLength; off += SLOT_BYTES) {
+      const len = Math.min(SLOT_BYTES, dst.byteLength - off);
+      mem.set(dst.subarray(off, off + len), a);
+      this.#k.dividePtr(dtype, a, len / es, divisor);
+      dst.set(mem.subarray(a, a + len), off);
+    }
+  }
+}

@@ -1,0 +1,451 @@
+/**
+ * The CPU backend's process group, on the rank's main thread. It checks every argument, stages tensors
+ * into shared memory, and hands each call to the communication Worker, whose engine runs it; the
+ * returned {@linkcode Work} settles when the result has been copied back.
+ *
+ * @module
+ */
+import { checkOp, type DType, dtypeOf, type ReduceOp, type TypedArray } from "../../core/dtype.ts";
+import { DistError, TimeoutError, TransportError } from "../../core/errors.ts";
+import type {
+  AlgorithmOptions,
+  CallOptions,
+  GroupOptions,
+  ProcessGroup,
+  ReduceOptions,
+  RootOptions,
+  RootReduceOptions,
+  Tensor,
+} from "../process_group.ts";
+import { Work, type WorkReport } from "../work.ts";
+import type {
+  Collective,
+  EngineConfig,
+  FromEngine,
+  OpRequest,
+  Region,
+  ToEngine,
+  WireError,
+} from "./_protocol.ts";
+import { StagingPool } from "./_staging.ts";
+import { checkAlgorithm } from "./_dispatch.ts";
+
+function unwire(e: WireError): Error {
+  if (e.name === "TypeError") return new TypeError(e.message);
+  if (e.name === "RangeError") return new RangeError(e.message);
+  if (e.name === "TimeoutError") return new TimeoutError(e.message);
+  if (e.name === "TransportError") return new TransportError(e.message, { peer: e.peer });
+  const error = new DistError(e.message, { code: e.code });
+  if (e.name !== "Error") Object.defineProperty(error, "name", { value: e.name });
+  return error;
+}
+
+/** The main thread's handle on the communication Worker; shared by the world and its sub-groups. */
+export class EngineHandle {
+  #worker: Worker;
+  #pending = new Map<number, { resolve: (r: WorkReport) => void; reject: (e: Error) => void }>();
+  #nextId = 1;
+  #failure: Error | undefined;
+  #closed: Promise<void>;
+  #onClosed!: () => void;
+  /** The transport's kind, once connected. */
+  transport = "";
+  /** Sub-groups created so far, so every rank numbers them alike. */
+  nextGroupId = 1;
+  /** The staging pool of this rank. */
+  readonly staging: StagingPool = new StagingPool();
+
+  private constructor(worker: Worker) {
+    this.#worker = worker;
+    this.#closed = new Promise((resolve) => (this.#onClosed = resolve));
+  }
+
+  /**
+   * Starts the Worker and connects it.
+   *
+   * @param config The engine's configuration.
+   * @returns The handle, once every rank is connected.
+   * @throws {DistError} If connecting fails or times out.
+   */
+  static async start(config: EngineConfig): Promise<EngineHandle> {
+    const worker = new Worker(new URL("./comm_worker.ts", import.meta.url), { type: "module" });
+    const handle = new EngineHandle(worker);
+    const ready = Promise.withResolvers<void>();
+    worker.onmessage = (event: MessageEvent<FromEngine>): void => {
+      const msg = event.data;
+      if (msg.type === "ready") {
+        handle.transport = msg.transport;
+        ready.resolve();
+      } else handle.#receive(msg, ready.reject);
+    };
+    worker.onerror = (event: ErrorEvent): void => {
+      event.preventDefault();
+      const error = new DistError(
+        `The communication thread of rank ${config.rank} crashed: ${event.message}`,
+      );
+      ready.reject(error);
+      handle.#failAll(error);
+      worker.terminate();
+      handle.#onClosed();
+    };
+    handle.#post({ type: "init", config });
+    try {
+      await ready.promise;
+    } catch (e) {
+      worker.terminate();
+      throw e;
+    }
+    return handle;
+  }
+
+  /** The error the engine failed with, if any. */
+  get failure(): Error | undefined {
+    return this.#failure;
+  }
+
+  #receive(msg: FromEngine, rejectReady: (e: Error) => void): void {
+    switch (msg.type) {
+      case "done":
+        this.#pending.get(msg.id)?.resolve(msg.report);
+        this.#pending.delete(msg.id);
+        break;
+      case "error":
+        this.#pending.get(msg.id)?.reject(unwire(msg.error));
+        this.#pending.delete(msg.id);
+        break;
+      case "failed": {
+        const error = unwire(msg.error);
+        this.#failure ??= error;
+        rejectReady(error);
+        break;
+      }
+      case "closed":
+        this.#worker.terminate();
+        this.#failAll(new DistError("The process group is closed"));
+        this.#onClosed();
+        break;
+    }
+  }
+
+  #failAll(error: Error): void {
+    this.#failure ??= error;
+    for (const p of this.#pending.values()) p.reject(error);
+    this.#pending.clear();
+  }
+
+  #post(msg: ToEngine): void {
+    this.#worker.postMessage(msg);
+  }
+
+  /**
+   * Queues a call on the engine.
+   *
+   * @param op The call, without its id.
+   * @param signal Cancels it.
+   * @returns The report.
+   */
+  submit(op: Omit<OpRequest, "id">, signal?: AbortSignal): Promise<WorkReport> {
+    const id = this.#nextId++;
+    const { promise, resolve, reject } = Promise.withResolvers<WorkReport>();
+    this.#pending.set(id, { resolve, reject });
+    if (signal) {
+      const onAbort = (): void => this.#post({ type: "cancel", id, reason: String(signal.reason) });
+      signal.addEventListener("abort", onAbort, { once: true });
+      promise.finally(() => signal.removeEventListener("abort", onAbort)).catch(() => {});
+    }
+    this.#post({ type: "op", op: { ...op, id } });
+    return promise;
+  }
+
+  /** Tells the engine about a group. */
+  addGroup(id: number, ranks: number[], timeoutMs: number): void {
+    this.#post({ type: "group", id, ranks, timeoutMs });
+  }
+
+  /** Finishes the queued calls, closes the transport and ends the Worker. */
+  async close(): Promise<void> {
+    this.#post({ type: "close" });
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    await Promise.race([
+      this.#closed,
+      new Promise<void>((resolve) => {
+        timer = setTimeout(() => {
+          this.#worker.terminate();
+          this.#failAll(new DistError("The process group was closed while calls were still running"));
+          resolve();
+        }, 30_000);
+      }),
+    ]);
+    clearTimeout(timer);
+  }
+}
+
+/** How a {@linkcode CpuProcessGroup} is made. */
+export interface CpuGroupOptions {
+  /** The group id (0 = world). */
+  id: number;
+  /** Global ranks of the members, in group order. */
+  ranks: readonly number[];
+  /** This process's global rank. */
+  globalRank: number;
+  /** Default timeout of calls. */
+  timeoutMs: number;
+  /** Runs when the world group closes (after the engine), e.g. to close the store. */
+  onClose?: () => Promise<void>;
+}
+
+/** A process group of the CPU backend. */
+export class CpuProcessGroup implements ProcessGroup {
+  readonly rank: number;
+  readonly size: number;
+  readonly ranks: readonly number[];
+  readonly backend = "cpu";
+  #engine: EngineHandle;
+  #id: number;
+  #timeoutMs: number;
+  #onClose?: () => Promise<void>;
+  #closed = false;
+
+  /**
+   * @param engine The rank's engine handle.
+   * @param options The group's identity.
+   */
+  constructor(engine: EngineHandle, options: CpuGroupOptions) {
+    this.#engine = engine;
+    this.#id = options.id;
+    this.ranks = options.ranks;
+    this.size = options.ranks.length;
+    this.rank = options.ranks.indexOf(options.globalRank);
+    this.#timeoutMs = options.timeoutMs;
+    this.#onClose = options.onClose;
+  }
+
+  /** The transport the group's calls run over. */
+  get transport(): string {
+    return this.#engine.transport;
+  }
+
+  allReduce(tensor: Tensor, options: ReduceOptions = {}): Work {
+    const dtype = this.#dtype("all-reduce", tensor, options);
+    const op = checkOp(options.op ?? "sum");
+    const servers = options.servers;
+    if (servers !== undefined && (!Number.isInteger(servers) || servers < 1 || servers > this.size)) {
+      throw new RangeError(
+        `Cannot all-reduce: servers must be an integer in 1..${this.size}, found ${servers}`,
+      );
+    }
+    return this.#call("allReduce", {
+      inout: tensor,
+      dtype,
+      op,
+      servers,
+      algorithm: options.algorithm,
+      options,
+    });
+  }
+
+  broadcast(tensor: Tensor, options: RootOptions = {}): Work {
+    const dtype = this.#dtype("broadcast", tensor, options);
+    const root = this.#rank("broadcast", "root", options.root ?? 0);
+    return this.#call("broadcast", { inout: tensor, dtype, root, algorithm: options.algorithm, options });
+  }
+
+  reduce(tensor: Tensor, options: RootReduceOptions = {}): Work {
+    const dtype = this.#dtype("reduce", tensor, options);
+    const op = checkOp(options.op ?? "sum");
+    const root = this.#rank("reduce", "root", options.root ?? 0);
+    return this.#call("reduce", { inout: tensor, dtype, op, root, algorithm: options.algorithm, options });
+  }
+
+  allGather(output: Tensor, input: Tensor, options: AlgorithmOptions = {}): Work {
+    const dtype = this.#pairDtypes("all-gather", output, input, options);
+    if (output.length !== input.length * this.size) {
+      throw new RangeError(
+        `Cannot all-gather: output must hold ${this.size} × ${input.length} = ${
+          input.length * this.size
+        } elements, found ${output.length}`,
+      );
+    }
+    return this.#call("allGather", { input, output, dtype, algorithm: options.algorithm, options });
+  }
+
+  reduceScatter(output: Tensor, input: Tensor, options: ReduceOptions = {}): Work {
+    const dtype = this.#pairDtypes("reduce-scatter", output, input, options);
+    const op = checkOp(options.op ?? "sum");
+    if (input.length !== output.length * this.size) {
+      throw new RangeError(
+        `Cannot reduce-scatter: input must hold ${this.size} × ${output.length} = ${
+          output.length * this.size
+        } elements, found ${input.length}`,
+      );
+    }
+    return this.#call("reduceScatter", { input, output, dtype, op, algorithm: options.algorithm, options });
+  }
+
+  allToAll(output: Tensor, input: Tensor, options: AlgorithmOptions = {}): Work {
+    const dtype = this.#pairDtypes("all-to-all", output, input, options);
+    if (input.length !== output.length || input.length % this.size !== 0) {
+      throw new RangeError(
+        `Cannot all-to-all: input and output must have the same length, a multiple of ${this.size}; ` +
+          `found input ${input.length} and output ${output.length}`,
+      );
+    }
+    return this.#call("allToAll", { input, output, dtype, algorithm: options.algorithm, options });
+  }
+
+  barrier(options: CallOptions = {}): Work {
+    this.#member("barrier");
+    return this.#call("barrier", { dtype: "uint8", options });
+  }
+
+  send(tensor: Tensor, peer: number, options: CallOptions = {}): Work {
+    const dtype = this.#dtype("send", tensor, options);
+    const root = this.#peer("send", peer);
+    return this.#call("send", { input: tensor, dtype, root, options });
+  }
+
+  recv(tensor: Tensor, peer: number, options: CallOptions = {}): Work {
+    const dtype = this.#dtype("recv", tensor, options);
+    const root = this.#peer("recv", peer);
+    return this.#call("recv", { output: tensor, dtype, root, options });
+  }
+
+  async newGroup(ranks: readonly number[], options: GroupOptions = {}): Promise<ProcessGroup> {
+    if (!Array.isArray(ranks) || ranks.length === 0) {
+      throw new RangeError(
+        `Cannot create a group: expected a non-empty array of ranks, found ${String(ranks)}`,
+      );
+    }
+    const sorted = [...ranks].sort((a, b) => a - b);
+    for (let i = 0; i < sorted.length; i++) {
+      const r = sorted[i];
+      if (!Number.isInteger(r) || r < 0 || r >= this.size) {
+        throw new RangeError(
+          `Cannot create a group: ranks must be integers in 0..${this.size - 1}, found ${r}`,
+        );
+      }
+      if (i > 0 && sorted[i - 1] === r) {
+        throw new RangeError(`Cannot create a group: rank ${r} is listed twice`);
+      }
+    }
+    const id = this.#engine.nextGroupId++;
+    const global = sorted.map((r) => this.ranks[r]);
+    const timeoutMs = options.timeoutMs ?? this.#timeoutMs;
+    const me = this.ranks[this.rank];
+    if (global.includes(me)) this.#engine.addGroup(id, global, timeoutMs);
+    return await Promise.resolve(
+      new CpuProcessGroup(this.#engine, { id, ranks: global, globalRank: me, timeoutMs }),
+    );
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed || this.#id !== 0) return;
+    this.#closed = true;
+    await this.#engine.close();
+    await this.#onClose?.();
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+
+  #member(what: string): void {
+    if (this.rank < 0) {
+      throw new RangeError(
+        `Cannot ${what}: this rank is not a member of group ${this.#id} (ranks ${this.ranks.join(", ")})`,
+      );
+    }
+  }
+
+  #dtype(what: string, tensor: TypedArray, options: CallOptions): DType {
+    this.#member(what);
+    try {
+      return dtypeOf(tensor, options.dtype);
+    } catch (e) {
+      throw new TypeError(`Cannot ${what}: ${(e as Error).message}`);
+    }
+  }
+
+  #pairDtypes(what: string, output: TypedArray, input: TypedArray, options: CallOptions): DType {
+    const a = this.#dtype(what, input, options);
+    const b = this.#dtype(what, output, options);
+    if (a !== b) throw new TypeError(`Cannot ${what}: input is ${a} but output is ${b}`);
+    return a;
+  }
+
+  #rank(what: string, name: string, r: number): number {
+    if (!Number.isInteger(r) || r < 0 || r >= this.size) {
+      throw new RangeError(`Cannot ${what}: ${name} must be a rank in 0..${this.size - 1}, found ${r}`);
+    }
+    return r;
+  }
+
+  #peer(what: string, peer: number): number {
+    this.#rank(what, "peer", peer);
+    if (peer === this.rank) throw new RangeError(`Cannot ${what}: peer ${peer} is this rank`);
+    return peer;
+  }
+
+  #call(
+    collective: Collective,
+    call: {
+      inout?: TypedArray;
+      input?: TypedArray;
+      output?: TypedArray;
+      dtype: DType;
+      op?: ReduceOp;
+      root?: number;
+      servers?: number;
+      algorithm?: string;
+      options: CallOptions;
+    },
+  ): Work {
+    const timeoutMs = call.options.timeoutMs ?? this.#timeoutMs;
+    if (!(timeoutMs > 0)) {
+      throw new RangeError(`Invalid timeoutMs: expected a number > 0, found ${timeoutMs}`);
+    }
+    if (call.options.signal?.aborted) {
+      return new Work(
+        Promise.reject(new DistError(`Aborted before it started: ${call.options.signal.reason}`)),
+      );
+    }
+    const algorithm = call.algorithm ?? "auto";
+    checkAlgorithm(collective, String(algorithm));
+    const staging = this.#engine.staging;
+    const input = call.inout ?? call.input;
+    const output = call.output;
+    // What the call writes: the in-place tensor (except at the root of a broadcast / a reduce's non-roots),
+    // or the output.
+    const writesInout = call.inout !== undefined &&
+      !(collective === "broadcast" && call.root === this.rank) &&
+      !(collective === "reduce" && call.root !== this.rank);
+    const inRegion: Region | undefined = input ? staging.stage(input, collective !== "recv") : undefined;
+    const outRegion: Region | undefined = output ? staging.stage(output, false) : undefined;
+    const count = input ? input.length : output ? output.length : 0;
+    const submitted = this.#engine.submit({
+      group: this.#id,
+      collective,
+      dtype: call.dtype,
+      op: call.op ?? "sum",
+      root: call.root ?? 0,
+      algorithm,
+      servers: call.servers,
+      count,
+      input: inRegion,
+      output: outRegion,
+      timeoutMs,
+    }, call.options.signal);
+    return new Work(submitted.then(
+      (report) => {
+        if (input && inRegion) staging.unstage(inRegion, input, writesInout);
+        if (output && outRegion) staging.unstage(outRegion, output, true);
+        return report;
+      },
+      (error) => {
+        if (input && inRegion) staging.unstage(inRegion, input, false);
+        if (output && outRegion) staging.unstage(outRegion, output, false);
+        throw error;
+      },
+    ));
+  }
+}

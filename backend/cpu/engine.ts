@@ -1,0 +1,334 @@
+/**
+ * The engine of the CPU backend: it runs on a rank's communication Worker, owns the transport, and runs
+ * the rank's calls one after another, in the order they were issued (as a CUDA stream would). Tensors are
+ * regions of SharedArrayBuffers that the main thread filled, so a call progresses here while the main
+ * thread computes.
+ *
+ * Every message of a call carries the call's descriptor; a peer running another call is reported with
+ * both calls. Any failure (a timeout, a dead or aborting peer, a mismatch) is fatal: the transport aborts,
+ * every peer learns why, and every pending and later call fails with the same error.
+ *
+ * @module
+ */
+import { dtypeSize, type ReduceOp } from "../../core/dtype.ts";
+import { DistError, MismatchError, TimeoutError } from "../../core/errors.ts";
+import type { CollectiveContext, Comm } from "../../collectives/comm.ts";
+import { ALGORITHM_NAMES, modelBytes, resolveAlgorithm, runAlgorithm } from "./_dispatch.ts";
+import type { Transport } from "../../transport/transport.ts";
+import type { WorkReport } from "../work.ts";
+import {
+  type CallDescriptor,
+  decodeDescriptor,
+  describeCall,
+  encodeDescriptor,
+  sameDescriptor,
+} from "./_descriptor.ts";
+import type { OpRequest } from "./_protocol.ts";
+import type { Reducer } from "./_reducer.ts";
+
+/** A group as the engine knows it. */
+interface GroupState {
+  /** The group id, the same on every rank. */
+  id: number;
+  /** Global ranks of the members, in group order. */
+  ranks: number[];
+  /** This rank's index in `ranks`. */
+  index: number;
+  /** Calls issued in this group so far. */
+  seq: number;
+  /** Point-to-point messages sent to / received from each group rank so far. */
+  sent: Map<number, number>;
+  received: Map<number, number>;
+}
+
+/** What the engine needs besides the transport. */
+export interface EngineOptions {
+  /** The pipelining chunk (bytes). @default 1 MiB */
+  chunkBytes?: number;
+  /** Whether messages carry the call's descriptor for the mismatch check. @default true */
+  checkCalls?: boolean;
+}
+
+/** Runs a rank's calls over a transport. */
+export class Engine {
+  #transport: Transport;
+  #reducer: Reducer;
+  #groups = new Map<number, GroupState>();
+  #chain: Promise<unknown> = Promise.resolve();
+  #failure: Error | undefined;
+  #chunkBytes: number;
+  #checkCalls: boolean;
+  #cancelled = new Map<number, string>();
+  #running: { id: number; fail: (e: Error) => void } | undefined;
+  #scratch: ArrayBuffer[] = [];
+
+  /**
+   * @param transport Connected to every rank.
+   * @param reducer Reductions in WASM.
+   * @param options Chunking and checks.
+   */
+  constructor(transport: Transport, reducer: Reducer, options: EngineOptions = {}) {
+    this.#transport = transport;
+    this.#reducer = reducer;
+    this.#chunkBytes = options.chunkBytes ?? 1 << 20;
+    this.#checkCalls = options.checkCalls ?? true;
+    const world = Array.from({ length: transport.size }, (_, i) => i);
+    this.addGroup(0, world);
+    transport.failed.then((e) => this.#fail(e));
+  }
+
+  /** The error the engine failed with, if it has. */
+  get failure(): Error | undefined {
+    return this.#failure;
+  }
+
+  /** The transport's kind. */
+  get transportKind(): string {
+    return this.#transport.kind;
+  }
+
+  /**
+   * Registers a group.
+   *
+   * @param id The group id (the same on every rank).
+   * @param ranks The global ranks of the members.
+   */
+  addGroup(id: number, ranks: number[]): void {
+    this.#groups.set(id, {
+      id,
+      ranks,
+      index: ranks.indexOf(this.#transport.rank),
+      seq: 0,
+      sent: new Map(),
+      received: new Map(),
+    });
+  }
+
+  /**
+   * Queues a call; it runs after every call queued before it.
+   *
+   * @param op The call.
+   * @returns Its report.
+   */
+  submit(op: OpRequest): Promise<WorkReport> {
+    const run = this.#chain.then(() => this.#run(op));
+    this.#chain = run.catch(() => {});
+    return run;
+  }
+
+  /**
+   * Cancels a call: a queued one never runs; a running one aborts the transport, since bytes already
+   * exchanged cannot be taken back.
+   */
+  cancel(id: number, reason: string): void {
+    if (this.#running?.id === id) {
+      this.#running.fail(
+        new DistError(`Aborted by the caller's signal while running: ${reason}`, { code: "ABORTED" }),
+      );
+    } else {
+      this.#cancelled.set(id, reason);
+    }
+  }
+
+  /** Aborts the transport with `error`; every peer learns why. */
+  abort(error: Error): void {
+    this.#fail(error);
+  }
+
+  /** Closes the transport after the queued calls. */
+  async close(): Promise<void> {
+    await this.#chain;
+    await this.#transport.close();
+  }
+
+  #fail(error: Error): void {
+    if (this.#failure) return;
+    this.#failure = error;
+    this.#transport.abort(error);
+    this.#running?.fail(error);
+  }
+
+  async #run(op: OpRequest): Promise<WorkReport> {
+    if (this.#failure) throw this.#failure;
+    const cancelled = this.#cancelled.get(op.id);
+    if (cancelled !== undefined) {
+      this.#cancelled.delete(op.id);
+      throw new DistError(`Aborted by the caller's signal before it started: ${cancelled}`, {
+        code: "ABORTED",
+      });
+    }
+    const group = this.#groups.get(op.group);
+    if (!group) throw new DistError(`Unknown group ${op.group}: newGroup() was not called on this rank`);
+    const size = group.ranks.length;
+    const elemSize = dtypeSize(op.dtype);
+    const bytes = op.count * elemSize;
+    const algorithm = resolveAlgorithm(op.collective, op.algorithm, {
+      bytes: modelBytes(op, elemSize, size),
+      size,
+      transport: this.#transport.kind,
+      chunkBytes: this.#chunkBytes,
+      servers: op.servers,
+    });
+
+    const p2p = op.collective === "send" || op.collective === "recv";
+    const desc = this.#descriptor(op, group, algorithm);
+    const encoded = encodeDescriptor(desc, ALGORITHM_NAMES);
+    const waitingOn = new Set<number>();
+    let bytesSent = 0;
+    const transport = this.#transport;
+    const checkCalls = this.#checkCalls;
+    const comm: Comm = {
+      rank: group.index,
+      size,
+      async send(peer: number, data: Uint8Array): Promise<void> {
+        bytesSent += data.byteLength;
+        await transport.pair(group.ranks[peer]).send(encoded, data);
+      },
+      async recv(peer: number, into: Uint8Array): Promise<void> {
+        const from = group.ranks[peer];
+        waitingOn.add(from);
+        await transport.pair(from).recv(into, (got, payloadBytes) => {
+          if (checkCalls && !sameDescriptor(got, encoded)) {
+            throw mismatch(from, decodeDescriptor(got, ALGORITHM_NAMES), transport.rank, desc);
+          }
+          if (payloadBytes !== into.byteLength) {
+            throw new MismatchError(
+              `Rank ${from} sent ${payloadBytes} bytes but rank ${transport.rank} expected ${into.byteLength} ` +
+                `in ${describeCall(desc)}`,
+            );
+          }
+        });
+        waitingOn.delete(from);
+      },
+    };
+    const ctx: CollectiveContext = {
+      comm,
+      elemSize,
+      chunkBytes: this.#chunkBytes,
+      reduce: (dst, src) => this.#reducer.reduce(op.dtype, reduceOpOf(op.op), dst, src),
+      reduceMany: (dst, srcs) => this.#reducer.reduceMany(op.dtype, reduceOpOf(op.op), dst, srcs),
+      scratch: (n) => this.#takeScratch(n),
+    };
+
+    const startedAt = performance.timeOrigin + performance.now();
+    const t0 = performance.now();
+    const { promise: failed, reject } = Promise.withResolvers<never>();
+    this.#running = { id: op.id, fail: reject };
+    const timer = setTimeout(() => {
+      const peers = [...waitingOn];
+      const waiting = peers.length ? `, waiting for rank ${peers.join(", rank ")}` : "";
+      this.#fail(
+        new TimeoutError(
+          `Timed out after ${op.timeoutMs} ms in ${describeCall(desc)} on rank ${transport.rank}${waiting}`,
+        ),
+      );
+    }, op.timeoutMs);
+    try {
+      await Promise.race([
+        runAlgorithm(ctx, op, algorithm, { input: view(op.input), output: view(op.output) }),
+        failed,
+        transport.failed.then((e) => {
+          throw e;
+        }),
+      ]);
+      if (op.op === "avg") this.#average(op, group);
+    } catch (e) {
+      const error = e instanceof Error ? e : new DistError(String(e));
+      this.#fail(error);
+      throw this.#failure ?? error;
+    } finally {
+      clearTimeout(timer);
+      this.#running = undefined;
+      this.#scratchTop = 0;
+    }
+    const t1 = performance.now();
+    if (!p2p) group.seq++;
+    return {
+      collective: op.collective,
+      algorithm,
+      transport: this.#transport.kind,
+      bytes,
+      bytesSent,
+      timeMs: t1 - t0,
+      startedAt,
+      finishedAt: performance.timeOrigin + t1,
+    };
+  }
+
+  #descriptor(op: OpRequest, group: GroupState, algorithm: string): CallDescriptor {
+    if (op.collective === "send" || op.collective === "recv") {
+      // Both ends describe the message as the sender's call, numbered per direction.
+      const sending = op.collective === "send";
+      const counter = sending ? group.sent : group.received;
+      const seq = counter.get(op.root) ?? 0;
+      counter.set(op.root, seq + 1);
+      return {
+        group: group.id,
+        seq,
+        collective: "send",
+        dtype: op.dtype,
+        op: "sum",
+        algorithm: "",
+        root: sending ? op.root : group.index,
+        count: op.count,
+        servers: 0,
+      };
+    }
+    return {
+      group: group.id,
+      seq: group.seq,
+      collective: op.collective,
+      dtype: op.dtype,
+      op: op.op,
+      algorithm,
+      root: op.collective === "broadcast" || op.collective === "reduce" ? op.root : 0,
+      count: op.count,
+      servers: algorithm === "ps" ? op.servers ?? group.ranks.length : 0,
+    };
+  }
+
+  #average(op: OpRequest, group: GroupState): void {
+    const size = group.ranks.length;
+    const target = op.collective === "allReduce"
+      ? op.input
+      : op.collective === "reduce"
+      ? (group.index === op.root ? op.input : undefined)
+      : op.collective === "reduceScatter"
+      ? op.output
+      : undefined;
+    const v = view(target);
+    if (v) this.#reducer.divide(op.dtype, v, size);
+  }
+
+  #scratchTop = 0;
+
+  /** Scratch memory for the running call; reused across calls so a steady workload allocates nothing. */
+  #takeScratch(bytes: number): Uint8Array {
+    const i = this.#scratchTop++;
+    let buf = this.#scratch[i];
+    if (!buf || buf.byteLength < bytes) {
+      buf = new ArrayBuffer(Math.max(bytes, buf ? buf.byteLength * 2 : 0));
+      this.#scratch[i] = buf;
+    }
+    return new Uint8Array(buf, 0, bytes);
+  }
+}
+
+function reduceOpOf(op: ReduceOp): ReduceOp {
+  // avg is a sum that the engine divides once the algorithm is done.
+  return op === "avg" ? "sum" : op;
+}
+
+function view(region: OpRequest["input"]): Uint8Array | undefined {
+  return region ? new Uint8Array(region.buffer, region.byteOffset, region.byteLength) : undefined;
+}
+
+function mismatch(from: number, theirs: CallDescriptor, me: number, mine: CallDescriptor): MismatchError {
+  const call = (d: CallDescriptor, rank: number): string =>
+    d.collective === "send" && mine.collective === "send" && rank === me
+      ? `expected recv(${d.count} × ${d.dtype}) #${d.seq} from rank ${from} in group ${d.group}`
+      : `called ${describeCall(d)}`;
+  return new MismatchError(
+    `Mismatched calls: rank ${from} ${call(theirs, from)} but rank ${me} ${call(mine, me)}`,
+  );
+}

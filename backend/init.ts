@@ -1,0 +1,162 @@
+/**
+ * `init()`: joins this process to a world of ranks and returns its process group, like
+ * `torch.distributed.init_process_group`. The rendezvous goes through a TCP store: `env://` reads
+ * `MASTER_ADDR`/`MASTER_PORT` (and the rank from torchrun's, Slurm's or MPI's variables), `tcp://host:port`
+ * names it directly. Rank 0 serves the store unless the launcher already does (`DCOMM_STORE_HOSTED=1`).
+ *
+ * @module
+ */
+import { UnsupportedError } from "../core/errors.ts";
+import { TcpStoreServer } from "../store/tcp_store_server.ts";
+import { TcpStore } from "../store/tcp_store.ts";
+import { STORE_SECRET_ENV } from "../store/secret.ts";
+import { parseInitMethod, rankInfo } from "./env.ts";
+import type { ProcessGroup } from "./process_group.ts";
+import { CpuProcessGroup, EngineHandle } from "./cpu/cpu_group.ts";
+
+/** Options of {@linkcode init}. */
+export interface InitOptions {
+  /** The backend. @default "cpu" */
+  backend?: "cpu" | "nccl" | "mpi";
+  /** `"env://"` or `"tcp://host:port"`. @default "env://" */
+  initMethod?: string;
+  /** This rank. @default from the environment */
+  rank?: number;
+  /** The number of ranks. @default from the environment */
+  worldSize?: number;
+  /** Default timeout of every wait: connecting, store calls and collectives. @default 300000 */
+  timeoutMs?: number;
+  /** The CPU transport: `"auto"` (shared memory when all ranks share this host, else TCP), `"tcp"`, `"shm"`, `"inproc"`. @default "auto" */
+  transport?: "auto" | "tcp" | "shm" | "inproc";
+  /** The mesh of an in-process world (see `spawnThreads`); implies transport `"inproc"`. */
+  inprocMesh?: unknown;
+  /** The store's shared secret. @default the DCOMM_STORE_SECRET environment variable */
+  secret?: string;
+  /** The address this rank's TCP listener publishes. @default DCOMM_HOSTNAME, else 127.0.0.1 for a loopback master, else this host's first non-loopback IPv4 */
+  hostname?: string;
+  /** TCP sockets per peer. @default 1 */
+  socketsPerPeer?: number;
+  /** The pipelining chunk of the algorithms, in bytes. @default 1048576 */
+  chunkBytes?: number;
+  /** Whether every message carries its call's descriptor, so mismatched calls across ranks are reported. @default true */
+  checkCalls?: boolean;
+  /** The environment to read. @default Deno.env.toObject() */
+  env?: Readonly<Record<string, string | undefined>>;
+}
+
+const LOOPBACK = /^(127\.|localhost$|::1$)/;
+
+function env(options: InitOptions): Readonly<Record<string, string | undefined>> {
+  if (options.env) return options.env;
+  try {
+    return Deno.env.toObject();
+  } catch {
+    return {};
+  }
+}
+
+function defaultHostname(master: string): string {
+  if (LOOPBACK.test(master)) return "127.0.0.1";
+  for (const nic of Deno.networkInterfaces()) {
+    if (nic.family === "IPv4" && !nic.address.startsWith("127.")) return nic.address;
+  }
+  return "127.0.0.1";
+}
+
+/**
+ * Joins this process to a world and returns the world's process group. Every rank calls it; it resolves
+ * once every rank is connected.
+ *
+ * @param options Backend, rendezvous and tuning.
+ * @returns The world group; close it (or `await using` it) when done.
+ * @throws {RangeError} If the rank or world size is missing or invalid.
+ * @throws {TimeoutError} If the other ranks do not show up in time.
+ * @throws {UnsupportedError} For a backend this build cannot run.
+ *
+ * @example A one-rank world
+ * ```ts
+ * import { init } from "./init.ts";
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * const grad = new Float32Array([1, 2, 3]);
+ * await pg.allReduce(grad, { op: "avg" });
+ * ```
+ */
+export async function init(options: InitOptions = {}): Promise<ProcessGroup> {
+  const backend = options.backend ?? "cpu";
+  if (backend !== "cpu") {
+    throw new UnsupportedError(`The ${backend} backend is not available in this version of dcomm; use "cpu"`);
+  }
+  const vars = env(options);
+  const info = rankInfo(vars, { rank: options.rank, worldSize: options.worldSize });
+  const method = parseInitMethod(options.initMethod ?? "env://");
+  const timeoutMs = options.timeoutMs ?? 300_000;
+  const secret = options.secret ?? vars[STORE_SECRET_ENV];
+  let hostname = method.hostname ?? info.masterAddr;
+  let port = method.port ?? info.masterPort;
+  const hosted = vars["DCOMM_STORE_HOSTED"] === "1";
+
+  let server: TcpStoreServer | undefined;
+  if (info.rank === 0 && !hosted) {
+    if (hostname === undefined && port === undefined && info.worldSize > 1) {
+      throw new RangeError(
+        "Cannot rendezvous: expected MASTER_ADDR and MASTER_PORT in the environment or a tcp://host:port " +
+          "init method, found neither",
+      );
+    }
+    hostname ??= "127.0.0.1";
+    server = await TcpStoreServer.listen({
+      hostname: LOOPBACK.test(hostname) ? "127.0.0.1" : "0.0.0.0",
+      port: port ?? 0,
+      secret,
+    });
+    port = server.port;
+  }
+  if (hostname === undefined || port === undefined) {
+    throw new RangeError(
+      `Cannot rendezvous: expected MASTER_ADDR and MASTER_PORT (or tcp://host:port), found ${hostname}:${port}`,
+    );
+  }
+  const store = await TcpStore.connect({ hostname, port, secret, timeoutMs });
+  const inproc = options.inprocMesh !== undefined;
+  let engine: EngineHandle;
+  try {
+    engine = await EngineHandle.start({
+      rank: info.rank,
+      size: info.worldSize,
+      store: { hostname, port, secret },
+      prefix: "dcomm",
+      transport: inproc ? "inproc" : options.transport ?? vars["DCOMM_TRANSPORT"] ?? "auto",
+      inprocMesh: options.inprocMesh,
+      hostname: options.hostname ?? vars["DCOMM_HOSTNAME"] ?? defaultHostname(hostname),
+      socketsPerPeer: options.socketsPerPeer ?? 1,
+      timeoutMs,
+      chunkBytes: options.chunkBytes ?? 1 << 20,
+      checkCalls: options.checkCalls ?? true,
+    });
+  } catch (e) {
+    await store[Symbol.asyncDispose]();
+    await server?.[Symbol.asyncDispose]();
+    throw e;
+  }
+  const world = Array.from({ length: info.worldSize }, (_, i) => i);
+  return new CpuProcessGroup(engine, {
+    id: 0,
+    ranks: world,
+    globalRank: info.rank,
+    timeoutMs,
+    async onClose(): Promise<void> {
+      // Rank 0's store must outlive every rank's use of it: each rank checks out, rank 0 waits for all.
+      try {
+        await store.set(`dcomm/closed/${info.rank}`, "1");
+        if (server) {
+          await store.wait(world.map((r) => `dcomm/closed/${r}`), { timeoutMs: Math.min(timeoutMs, 30_000) });
+        }
+      } catch {
+        // A rank that died never checks out; closing must not fail because of it.
+      } finally {
+        await store[Symbol.asyncDispose]();
+        await server?.[Symbol.asyncDispose]();
+      }
+    },
+  });
+}

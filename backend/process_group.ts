@@ -1,0 +1,102 @@
+/**
+ * The interface every backend implements (`cpu`, `nccl`, `mpi`), and the option types of its
+ * collectives. Collectives return a {@linkcode Work}: await it to wait, or keep computing while it runs.
+ *
+ * Ordering: a rank runs its collectives one after another in the order it issued them, across all of its
+ * groups (as NCCL runs a stream). Ranks that share a group must issue that group's collectives in the same
+ * order; a rank that issues a different call at the same point is reported by a `MismatchError`.
+ *
+ * @module
+ */
+import type { DType, ReduceOp, TypedArray } from "../core/dtype.ts";
+import type { Work } from "./work.ts";
+
+/** A tensor: any TypedArray of a supported dtype. */
+export type Tensor = TypedArray;
+
+/** Options every collective takes. */
+export interface CallOptions {
+  /** Milliseconds before the call fails with a TimeoutError. @default the group's timeout */
+  timeoutMs?: number;
+  /** Aborts the call; a collective already running aborts the whole group (the bytes in flight cannot be taken back). */
+  signal?: AbortSignal;
+  /** The dtype, needed for a `Uint16Array` holding float16 or bfloat16. @default inferred from the array */
+  dtype?: DType;
+}
+
+/** Options of collectives that reduce. */
+export interface ReduceOptions extends CallOptions {
+  /** The reduction. @default "sum" */
+  op?: ReduceOp;
+  /** The algorithm, or `"auto"` to let the cost model choose. @default "auto" */
+  algorithm?: string;
+  /** For the `"ps"` all-reduce: how many ranks (0..servers-1) serve shards. @default the group size (co-located) */
+  servers?: number;
+}
+
+/** Options of collectives with a root. */
+export interface RootOptions extends CallOptions {
+  /** The root rank, within the group. @default 0 */
+  root?: number;
+  /** The algorithm, or `"auto"`. @default "auto" */
+  algorithm?: string;
+}
+
+/** Options of `reduce`. */
+export interface RootReduceOptions extends ReduceOptions {
+  /** The rank that receives the result, within the group. @default 0 */
+  root?: number;
+}
+
+/** Options of collectives without an op or a root. */
+export interface AlgorithmOptions extends CallOptions {
+  /** The algorithm, or `"auto"`. @default "auto" */
+  algorithm?: string;
+}
+
+/** Options of `newGroup`. */
+export interface GroupOptions {
+  /** The default timeout of the group's calls. @default the parent's */
+  timeoutMs?: number;
+}
+
+/** A group of ranks that run collectives together. */
+export interface ProcessGroup extends AsyncDisposable {
+  /** This rank within the group, or -1 if this rank is not a member. */
+  readonly rank: number;
+  /** The number of ranks in the group. */
+  readonly size: number;
+  /** The global ranks of the members, in group order. */
+  readonly ranks: readonly number[];
+  /** The backend's name. */
+  readonly backend: string;
+
+  /** Reduces `tensor` across all ranks, in place on every rank. */
+  allReduce(tensor: Tensor, options?: ReduceOptions): Work;
+  /** Copies the root's `tensor` into every rank's `tensor`. */
+  broadcast(tensor: Tensor, options?: RootOptions): Work;
+  /** Reduces every rank's `tensor` into the root's; other ranks' tensors are left unchanged. */
+  reduce(tensor: Tensor, options?: RootReduceOptions): Work;
+  /** Concatenates every rank's `input` into `output` (size × input.length), in rank order. */
+  allGather(output: Tensor, input: Tensor, options?: AlgorithmOptions): Work;
+  /** Reduces `input` (size × output.length) across ranks; rank r receives block r in `output`. */
+  reduceScatter(output: Tensor, input: Tensor, options?: ReduceOptions): Work;
+  /** Block j of rank i's `input` lands in block i of rank j's `output` (equal blocks). */
+  allToAll(output: Tensor, input: Tensor, options?: AlgorithmOptions): Work;
+  /** Resolves once every rank has entered the barrier. */
+  barrier(options?: CallOptions): Work;
+  /** Sends `tensor` to rank `peer` (within the group). */
+  send(tensor: Tensor, peer: number, options?: CallOptions): Work;
+  /** Receives into `tensor` from rank `peer` (within the group). */
+  recv(tensor: Tensor, peer: number, options?: CallOptions): Work;
+  /**
+   * Creates a sub-group. Every rank of this group must call it, with the same ranks, in the same order
+   * relative to its other `newGroup` calls; ranks outside `ranks` get a group whose `rank` is -1 and whose
+   * collectives throw.
+   *
+   * @param ranks The members, as ranks of this group.
+   */
+  newGroup(ranks: readonly number[], options?: GroupOptions): Promise<ProcessGroup>;
+  /** Closes the group (for the world group: the whole backend). */
+  close(): Promise<void>;
+}
