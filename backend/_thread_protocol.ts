@@ -1,0 +1,30 @@
+/**
+ * Messages between {@linkcode spawnThreads} and a rank's thread.
+ *
+ * @module
+ */
+
+/** How a rank thread starts. */
+export interface ThreadStart {
+  /** The module whose `main` the thread runs. */
+  module: string;
+  /** This rank. */
+  rank: number;
+  /** The number of ranks. */
+  worldSize: number;
+  /** The store's port on loopback. */
+  port: number;
+  /** The store's secret. */
+  secret: string;
+  /** The in-process mesh. */
+  mesh: unknown;
+  /** The user's argument. */
+  args: unknown;
+  /** Timeout of every wait. */
+  timeoutMs: number;
+  /** More init options. */
+  init: Record<string, unknown>;
+}
+
+/** How a rank thread ended. */
+export type ThreadReply = { ok: true; value: unknown } | { ok: false; name: string; message: string };

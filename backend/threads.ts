@@ -1,0 +1,98 @@
+/**
+ * A world of ranks as threads of one process: each rank is a Worker that joins the world with the
+ * in-process transport (SharedArrayBuffer rings) and runs the `main(pg, context)` function exported by a
+ * module. For tests, and for CPU training on one machine without a launcher.
+ *
+ * ```ts
+ * // train.ts
+ * import type { ProcessGroup, ThreadContext } from "jsr:@dcomm/dcomm";
+ * export async function main(pg: ProcessGroup, ctx: ThreadContext): Promise<number> {
+ *   const grad = new Float32Array(4).fill(pg.rank);
+ *   await pg.allReduce(grad);
+ *   return grad[0];
+ * }
+ * // run.ts
+ * const results = await spawnThreads(new URL("./train.ts", import.meta.url), { worldSize: 4 });
+ * ```
+ *
+ * @module
+ */
+import { DistError } from "../core/errors.ts";
+import { generateSecret } from "../store/secret.ts";
+import { TcpStoreServer } from "../store/tcp_store_server.ts";
+import { createInprocMesh } from "../transport/inproc.ts";
+import type { ThreadReply, ThreadStart } from "./_thread_protocol.ts";
+
+/** What a thread's `main` receives besides its process group. */
+export interface ThreadContext {
+  /** The `args` given to {@linkcode spawnThreads}. */
+  readonly args: unknown;
+}
+
+/** Options of {@linkcode spawnThreads}. */
+export interface SpawnThreadsOptions {
+  /** The number of ranks. */
+  worldSize: number;
+  /** A structured-cloneable value handed to every rank's `main`. @default undefined */
+  args?: unknown;
+  /** Timeout of every wait of the world (connecting and calls). @default 300000 */
+  timeoutMs?: number;
+  /** Capacity of each ring between two ranks, in bytes. @default 4194304 */
+  ringBytes?: number;
+  /** More options for every rank's `init` (checkCalls, chunkBytes…), structured-cloneable. @default {} */
+  init?: Record<string, unknown>;
+}
+
+/**
+ * Runs `module`'s exported `main(pg, context)` on `worldSize` threads, each a rank of one world.
+ *
+ * @param module The module's URL.
+ * @param options The world's size and what each rank gets.
+ * @returns Each rank's return value, by rank.
+ * @throws {DistError} The first rank's failure, once every rank has ended.
+ */
+export async function spawnThreads(module: URL | string, options: SpawnThreadsOptions): Promise<unknown[]> {
+  const { worldSize } = options;
+  if (!Number.isInteger(worldSize) || worldSize < 1) {
+    throw new RangeError(`Invalid worldSize: expected an integer >= 1, found ${worldSize}`);
+  }
+  const secret = generateSecret();
+  await using server = await TcpStoreServer.listen({ hostname: "127.0.0.1", port: 0, secret });
+  const mesh = createInprocMesh(worldSize, { ringBytes: options.ringBytes });
+  const url = String(module);
+  const workers: Worker[] = [];
+  const results = await Promise.allSettled(Array.from({ length: worldSize }, (_, rank) => {
+    const worker = new Worker(new URL("./_thread_main.ts", import.meta.url), { type: "module" });
+    workers.push(worker);
+    const done = Promise.withResolvers<unknown>();
+    worker.onmessage = (event: MessageEvent<ThreadReply>): void => {
+      const reply = event.data;
+      if (reply.ok) done.resolve(reply.value);
+      else {
+        const error = new DistError(`Rank ${rank} failed: ${reply.message}`);
+        Object.defineProperty(error, "name", { value: reply.name });
+        done.reject(error);
+      }
+    };
+    worker.onerror = (event: ErrorEvent): void => {
+      event.preventDefault();
+      done.reject(new DistError(`Rank ${rank} crashed: ${event.message}`));
+    };
+    const start: ThreadStart = {
+      module: url,
+      rank,
+      worldSize,
+      port: server.port,
+      secret,
+      mesh,
+      args: options.args,
+      timeoutMs: options.timeoutMs ?? 300_000,
+      init: options.init ?? {},
+    };
+    worker.postMessage(start);
+    return done.promise.finally(() => worker.terminate());
+  }));
+  const failure = results.find((r) => r.status === "rejected");
+  if (failure) throw (failure as PromiseRejectedResult).reason;
+  return results.map((r) => (r as PromiseFulfilledResult<unknown>).value);
+}

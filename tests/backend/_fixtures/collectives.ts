@@ -1,0 +1,250 @@
+/**
+ * A rank's side of the backend correctness tests: runs a list of seeded cases (every collective ×
+ * algorithm × count × dtype × op the profile names), checks each result against the formula in
+ * `../_reference.ts`, and returns what went wrong plus a hash of every result so the test can check that
+ * all ranks got the same bits. Runs as a thread (`main`) or as a launched process (prints `RESULT {json}`).
+ *
+ * @module
+ */
+import { type DType, DTYPES, REDUCE_OPS, type ReduceOp } from "../../../core/dtype.ts";
+import type { ProcessGroup } from "../../../backend/process_group.ts";
+import { ALGORITHMS } from "../../../collectives/mod.ts";
+import { checkReduction, hashBytes, input, makeArray } from "../_reference.ts";
+
+/** One seeded call. */
+export interface Case {
+  id: number;
+  collective:
+    | "allReduce"
+    | "broadcast"
+    | "reduce"
+    | "allGather"
+    | "reduceScatter"
+    | "allToAll"
+    | "barrier"
+    | "sendrecv";
+  algorithm: string;
+  dtype: DType;
+  op: ReduceOp;
+  count: number;
+  root: number;
+  servers?: number;
+}
+
+/** What a rank reports. */
+export interface RankResult {
+  rank: number;
+  ran: number;
+  failures: string[];
+  hashes: Record<number, string>;
+  algorithms: Record<string, number>;
+}
+
+/**
+ * The cases of a profile for a world of `size` ranks: `"sweep"` adds every dtype × op of allReduce,
+ * `"big"` adds calls of about a million elements; `"sweep,big"` both.
+ */
+export function cases(size: number, profile: string): Case[] {
+  const sweep = profile.includes("sweep");
+  const withBig = profile.includes("big");
+  const out: Case[] = [];
+  let id = 0;
+  const add = (c: Omit<Case, "id">): void => {
+    out.push({ id: id++, ...c });
+  };
+  const counts = [0, 1, 7, 1024];
+  const big = 1_000_003;
+  const roots = [...new Set([0, size - 1])];
+  // allReduce: every dtype × op through "auto"; every algorithm with a few dtype/op pairs; one big tensor
+  // per algorithm.
+  for (const count of counts) {
+    if (sweep) {
+      for (const dtype of DTYPES) {
+        for (const op of REDUCE_OPS) {
+          add({ collective: "allReduce", algorithm: "auto", dtype, op, count, root: 0 });
+        }
+      }
+    }
+    for (const algorithm of ALGORITHMS.allReduce) {
+      for (const [dtype, op] of [["float32", "sum"], ["int32", "max"], ["bfloat16", "avg"]] as const) {
+        add({ collective: "allReduce", algorithm, dtype, op, count, root: 0 });
+      }
+    }
+    add({ collective: "allReduce", algorithm: "ps", dtype: "int64", op: "sum", count, root: 0, servers: 1 });
+  }
+  if (withBig) {
+    for (const algorithm of ALGORITHMS.allReduce) {
+      add({ collective: "allReduce", algorithm, dtype: "float32", op: "sum", count: big, root: 0 });
+    }
+    add({ collective: "allReduce", algorithm: "auto", dtype: "int32", op: "sum", count: big, root: 0 });
+  }
+  for (const count of withBig ? [...counts, big] : counts) {
+    for (const algorithm of ALGORITHMS.broadcast) {
+      for (const root of roots) {
+        for (const dtype of ["int8", "float16", "float64"] as const) {
+          if (count === big && dtype !== "float64") continue;
+          add({ collective: "broadcast", algorithm, dtype, op: "sum", count, root });
+        }
+      }
+    }
+    for (const root of roots) {
+      for (
+        const [dtype, op] of [["float32", "sum"], ["uint8", "prod"], ["int64", "min"], [
+          "float16",
+          "avg",
+        ]] as const
+      ) {
+        if (count === big && dtype !== "float32") continue;
+        add({ collective: "reduce", algorithm: "binomial", dtype, op, count, root });
+      }
+    }
+    const block = count === big ? Math.ceil(big / size) | 1 : count;
+    for (const algorithm of ALGORITHMS.allGather) {
+      for (const dtype of ["uint8", "int64", "float32"] as const) {
+        if (count === big && dtype !== "float32") continue;
+        add({ collective: "allGather", algorithm, dtype, op: "sum", count: block, root: 0 });
+      }
+    }
+    for (const algorithm of ALGORITHMS.reduceScatter) {
+      for (
+        const [dtype, op] of [["float32", "sum"], ["int32", "avg"], ["float16", "max"], [
+          "uint64",
+          "prod",
+        ]] as const
+      ) {
+        if (count === big && dtype !== "float32") continue;
+        add({ collective: "reduceScatter", algorithm, dtype, op, count: block, root: 0 });
+      }
+    }
+    for (const dtype of ["int32", "float64"] as const) {
+      if (count === big && dtype !== "float64") continue;
+      add({ collective: "allToAll", algorithm: "pairwise", dtype, op: "sum", count: block, root: 0 });
+    }
+    for (const dtype of ["uint32", "bfloat16"] as const) {
+      if (count === big && dtype !== "uint32") continue;
+      add({ collective: "sendrecv", algorithm: "", dtype, op: "sum", count, root: 0 });
+    }
+  }
+  add({ collective: "barrier", algorithm: "dissemination", dtype: "uint8", op: "sum", count: 0, root: 0 });
+  return out;
+}
+
+function concat(dtype: DType, parts: readonly ArrayLike<unknown>[], each: number): ArrayBufferView {
+  const out = makeArray(dtype, parts.length * each);
+  parts.forEach((p, r) =>
+    (out as unknown as { set(a: ArrayLike<unknown>, o: number): void }).set(p, r * each)
+  );
+  return out;
+}
+
+function sameBits(a: ArrayBufferView, b: ArrayBufferView): number {
+  const x = new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+  const y = new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
+  if (x.length !== y.length) return 0;
+  for (let i = 0; i < x.length; i++) if (x[i] !== y[i]) return i;
+  return -1;
+}
+
+/** Runs the profile's cases on this rank. */
+export async function main(pg: ProcessGroup, ctx: { args: unknown }): Promise<RankResult> {
+  const { profile = "" } = (ctx.args ?? {}) as { profile?: string };
+  const size = pg.size;
+  const me = pg.rank;
+  const result: RankResult = { rank: me, ran: 0, failures: [], hashes: {}, algorithms: {} };
+  const all = (c: Case, n: number) =>
+    Array.from({ length: size }, (_, r) => input(c.dtype, c.op, n, c.id, r));
+  for (const c of cases(size, profile)) {
+    const name = `#${c.id} ${c.collective}(${c.count} × ${c.dtype}, ${c.op}, ${
+      c.algorithm || "p2p"
+    }, root ${c.root})`;
+    const fail = (what: string): void => {
+      result.failures.push(`rank ${me}: ${name}: ${what}`);
+    };
+    const opts = { dtype: c.dtype, algorithm: c.algorithm || undefined };
+    let out;
+    const t0 = performance.now();
+    switch (c.collective) {
+      case "allReduce": {
+        const inputs = all(c, c.count);
+        out = inputs[me].slice();
+        const report = await pg.allReduce(out, { ...opts, op: c.op, servers: c.servers }).wait();
+        if (report) result.algorithms[report.algorithm] = (result.algorithms[report.algorithm] ?? 0) + 1;
+        const bad = checkReduction(c.dtype, c.op, inputs, out);
+        if (bad) fail(`element ${bad.index}: expected ${bad.expected}, got ${bad.got}`);
+        break;
+      }
+      case "broadcast": {
+        const want = input(c.dtype, c.op, c.count, c.id, c.root);
+        out = me === c.root ? want.slice() : input(c.dtype, c.op, c.count, c.id + 77, me);
+        await pg.broadcast(out, { ...opts, root: c.root });
+        const i = sameBits(out, want);
+        if (i >= 0) fail(`byte ${i} differs from the root's`);
+        break;
+      }
+      case "reduce": {
+        const inputs = all(c, c.count);
+        out = inputs[me].slice();
+        await pg.reduce(out, { ...opts, op: c.op, root: c.root });
+        if (me === c.root) {
+          const bad = checkReduction(c.dtype, c.op, inputs, out);
+          if (bad) fail(`element ${bad.index}: expected ${bad.expected}, got ${bad.got}`);
+        } else if (sameBits(out, inputs[me]) >= 0) fail("a non-root tensor changed");
+        break;
+      }
+      case "allGather": {
+        const inputs = all(c, c.count);
+        out = makeArray(c.dtype, c.count * size);
+        await pg.allGather(out, inputs[me], opts);
+        const i = sameBits(out, concat(c.dtype, inputs, c.count));
+        if (i >= 0) fail(`byte ${i} differs from the concatenation`);
+        break;
+      }
+      case "reduceScatter": {
+        const inputs = all(c, c.count * size);
+        out = makeArray(c.dtype, c.count);
+        await pg.reduceScatter(out, inputs[me], { ...opts, op: c.op });
+        const bad = checkReduction(c.dtype, c.op, inputs, out, me * c.count);
+        if (bad) fail(`element ${bad.index}: expected ${bad.expected}, got ${bad.got}`);
+        break;
+      }
+      case "allToAll": {
+        const inputs = all(c, c.count * size);
+        out = makeArray(c.dtype, c.count * size);
+        await pg.allToAll(out, inputs[me], opts);
+        const blocks = inputs.map((a) => a.subarray(me * c.count, (me + 1) * c.count));
+        const i = sameBits(out, concat(c.dtype, blocks, c.count));
+        if (i >= 0) fail(`byte ${i} differs from the expected blocks`);
+        break;
+      }
+      case "barrier":
+        await pg.barrier();
+        break;
+      case "sendrecv": {
+        if (size === 1) break;
+        const next = (me + 1) % size;
+        const prev = (me + size - 1) % size;
+        const mine = input(c.dtype, c.op, c.count, c.id, me);
+        out = makeArray(c.dtype, c.count);
+        await Promise.all([pg.send(mine, next, opts), pg.recv(out, prev, opts)]);
+        const i = sameBits(out, input(c.dtype, c.op, c.count, c.id, prev));
+        if (i >= 0) fail(`byte ${i} differs from what rank ${prev} sent`);
+        break;
+      }
+    }
+    if (Deno.env.get("DCOMM_TRACE_CASES") && me === 0) console.log(name, Math.round(performance.now() - t0));
+    // Results every rank must share bit for bit (the others are rank-specific by definition).
+    if (out && ["allReduce", "broadcast", "allGather"].includes(c.collective)) {
+      result.hashes[c.id] = hashBytes(out);
+    }
+    result.ran++;
+  }
+  return result;
+}
+
+if (import.meta.main) {
+  const { init } = await import("../../../backend/init.ts");
+  const pg = await init();
+  const result = await main(pg, { args: { profile: Deno.args[0] ?? "" } });
+  console.log("RESULT " + JSON.stringify(result));
+  await pg.close();
+}

@@ -1,0 +1,62 @@
+/**
+ * The CPU backend end to end: every collective × algorithm × world size × count × dtype × op (see
+ * `_fixtures/collectives.ts` for the matrix) on real ranks — threads over the in-process transport, and
+ * processes started by the launcher over TCP and shared memory — checked against expected values by
+ * formula, with every rank required to hold the same bits.
+ */
+import assert from "node:assert/strict";
+import { spawnThreads } from "../../backend/threads.ts";
+import type { RankResult } from "./_fixtures/collectives.ts";
+
+const FIXTURE = new URL("./_fixtures/collectives.ts", import.meta.url);
+const LAUNCH = new URL("../../cli/launch.ts", import.meta.url);
+
+function checkResults(results: RankResult[], size: number): void {
+  assert.equal(results.length, size);
+  const failures = results.flatMap((r) => r.failures);
+  assert.deepEqual(failures.slice(0, 10), [], `${failures.length} wrong results`);
+  const ran = results[0].ran;
+  assert.ok(ran > 0);
+  for (const r of results) assert.equal(r.ran, ran, `rank ${r.rank} ran ${r.ran} cases, rank 0 ran ${ran}`);
+  for (const [id, hash] of Object.entries(results[0].hashes)) {
+    for (const r of results) {
+      assert.equal(r.hashes[Number(id)], hash, `case #${id}: rank ${r.rank} holds other bits than rank 0`);
+    }
+  }
+}
+
+for (const size of [1, 2, 3, 4, 5, 8]) {
+  const profile = size === 4 ? "sweep,big" : "sweep";
+  Deno.test(`CPU backend runs every collective on ${size} threads over inproc (${profile})`, async () => {
+    const results = await spawnThreads(FIXTURE, { worldSize: size, args: { profile }, timeoutMs: 120_000 });
+    checkResults(results as RankResult[], size);
+  });
+}
+
+async function launched(size: number, transport: string, profile: string): Promise<RankResult[]> {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", LAUNCH.pathname, "--nproc-per-node", String(size), FIXTURE.pathname, profile],
+    env: { DCOMM_TRANSPORT: transport },
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const text = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
+  assert.equal(out.code, 0, `the launcher exited with ${out.code}:\n${text.slice(-3000)}`);
+  return text.split("\n")
+    .map((l) => /^\[rank\d+\]: RESULT (.*)$/.exec(l))
+    .filter((m): m is RegExpExecArray => m !== null)
+    .map((m) => JSON.parse(m[1]) as RankResult)
+    .sort((a, b) => a.rank - b.rank);
+}
+
+for (
+  const [transport, size, profile] of [["tcp", 2, ""], ["tcp", 3, "big"], ["tcp", 5, ""], ["shm", 2, "big"], [
+    "shm",
+    4,
+    "",
+  ], ["shm", 8, ""]] as const
+) {
+  Deno.test(`CPU backend runs every collective on ${size} processes over ${transport} (${profile || "base"})`, async () => {
+    checkResults(await launched(size, transport, profile), size);
+  });
+}
