@@ -1,0 +1,63 @@
+/**
+ * Argument checks shared by the algorithms. They only look at what one rank can see (lengths, roots,
+ * the context); a disagreement between ranks shows up as a length mismatch in the transport.
+ *
+ * @module
+ */
+import type { CollectiveContext } from "./comm.ts";
+
+/** The checks of one collective call; every message starts with "Cannot <verb>:". */
+export interface ArgChecks {
+  /** Throws unless `buf` holds whole elements. */
+  buffer(buf: Uint8Array, name?: string): void;
+  /** Throws unless `root` is a rank of the group. */
+  root(root: number): void;
+  /** Throws unless `whole` is one `block` per rank, and both hold whole elements. */
+  blocks(block: Uint8Array, whole: Uint8Array, names: { block: string; whole: string }): void;
+}
+
+/**
+ * Checks the context at once and returns the argument checks for one call.
+ *
+ * @param ctx The algorithm's context.
+ * @param verb What the caller does, for messages ("all-reduce", "broadcast").
+ * @returns The checks.
+ * @throws {RangeError} If the element size, chunk size, rank or size is unusable.
+ */
+export function argChecks(ctx: CollectiveContext, verb: string): ArgChecks {
+  const { elemSize, chunkBytes, comm } = ctx;
+  if (!Number.isInteger(elemSize) || elemSize < 1) {
+    throw new RangeError(`Cannot ${verb}: expected a positive integer element size, found ${elemSize}`);
+  }
+  if (!(chunkBytes > 0)) {
+    throw new RangeError(`Cannot ${verb}: expected chunkBytes > 0, found ${chunkBytes}`);
+  }
+  if (!Number.isInteger(comm.size) || comm.size < 1 || !(comm.rank >= 0 && comm.rank < comm.size)) {
+    throw new RangeError(`Cannot ${verb}: rank ${comm.rank} is not in a group of ${comm.size} ranks`);
+  }
+  const buffer = (buf: Uint8Array, name = "buffer"): void => {
+    if (buf.length % elemSize !== 0) {
+      throw new RangeError(
+        `Cannot ${verb}: ${name} of ${buf.length} bytes is not a multiple of the ${elemSize}-byte element`,
+      );
+    }
+  };
+  return {
+    buffer,
+    root(root: number): void {
+      if (!Number.isInteger(root) || root < 0 || root >= comm.size) {
+        throw new RangeError(`Cannot ${verb}: expected a root in 0..${comm.size - 1}, found ${root}`);
+      }
+    },
+    blocks(block: Uint8Array, whole: Uint8Array, names: { block: string; whole: string }): void {
+      buffer(block, names.block);
+      const want = block.length * comm.size;
+      if (whole.length !== want) {
+        throw new RangeError(
+          `Cannot ${verb}: expected ${names.whole} of ${comm.size} × ${block.length} = ${want} bytes, ` +
+            `found ${whole.length}`,
+        );
+      }
+    },
+  };
+}

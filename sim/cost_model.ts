@@ -1,0 +1,438 @@
+/**
+ * The alpha-beta-gamma cost model of every collective algorithm in `collectives/`: α seconds per message,
+ * β seconds per byte on a rank's link (each direction), γ seconds per byte reduced. One function per
+ * algorithm predicts the seconds for n ranks and m bytes; each states the same formula as the comment at
+ * the top of its algorithm's file. {@linkcode predict} looks the function up by name, and
+ * {@linkcode fitConstants} fits α and β to ping-pong timings.
+ *
+ * The model counts a chunked message as k messages (k = ⌈bytes/chunkBytes⌉) and charges every rank's
+ * sends and receives to its own link; it knows nothing of topology or contention, so it ranks algorithms
+ * rather than promising seconds.
+ *
+ * What `bytes` means, as in nccl-tests: the buffer for all-reduce, broadcast and reduce; the whole n-block
+ * buffer (the output of all-gather, the input of reduce-scatter and all-to-all) for the others.
+ *
+ * @example Ring against tree for 64 MiB on 16 ranks over TCP
+ * ```ts
+ * import { DEFAULT_TCP_CONSTANTS, predict } from "./cost_model.ts";
+ * import assert from "node:assert/strict";
+ * const shape = { size: 16, bytes: 64 << 20, constants: DEFAULT_TCP_CONSTANTS };
+ * assert.ok(predict("allReduce", "ring", shape) < predict("allReduce", "tree", shape));
+ * ```
+ *
+ * @module
+ */
+
+/** Per-message latency, inverse bandwidth and inverse reduction throughput. */
+export interface CostConstants {
+  /** Seconds per message (latency). */
+  readonly alpha: number;
+  /** Seconds per byte moved over a rank's link, each direction. */
+  readonly beta: number;
+  /** Seconds per byte reduced. */
+  readonly gamma: number;
+}
+
+/** The shape of one collective call. */
+export interface CostShape {
+  /** Ranks in the group (n). */
+  readonly size: number;
+  /** Bytes (m); see the module doc for what they count per collective. */
+  readonly bytes: number;
+  /** The pipelining chunk, as `ctx.chunkBytes`. @default DEFAULT_CHUNK_BYTES */
+  readonly chunkBytes?: number;
+  /** Parameter servers for the `ps` all-reduce. @default size */
+  readonly servers?: number;
+}
+
+/** A model of one algorithm: predicted seconds for a call shape and constants. */
+export type CostFunction = (shape: CostShape, constants: CostConstants) => number;
+
+/** The collectives dcomm runs. */
+export type Collective =
+  | "allReduce"
+  | "allGather"
+  | "reduceScatter"
+  | "broadcast"
+  | "reduce"
+  | "allToAll"
+  | "barrier";
+
+/** All-reduce algorithms. */
+export type AllReduceAlgorithm = "ring" | "tree" | "double-tree" | "halving-doubling" | "ps" | "direct";
+/** All-gather algorithms. */
+export type AllGatherAlgorithm = "ring" | "recursive-doubling";
+/** Reduce-scatter algorithms. */
+export type ReduceScatterAlgorithm = "ring" | "halving";
+/** Broadcast algorithms. */
+export type BroadcastAlgorithm = "binomial" | "chain";
+/** Reduce algorithms. */
+export type ReduceAlgorithm = "binomial";
+/** All-to-all algorithms. */
+export type AllToAllAlgorithm = "pairwise";
+/** Barrier algorithms. */
+export type BarrierAlgorithm = "dissemination";
+
+/** The algorithm names of each collective. */
+export interface AlgorithmName {
+  /** See {@linkcode AllReduceAlgorithm}. */
+  allReduce: AllReduceAlgorithm;
+  /** See {@linkcode AllGatherAlgorithm}. */
+  allGather: AllGatherAlgorithm;
+  /** See {@linkcode ReduceScatterAlgorithm}. */
+  reduceScatter: ReduceScatterAlgorithm;
+  /** See {@linkcode BroadcastAlgorithm}. */
+  broadcast: BroadcastAlgorithm;
+  /** See {@linkcode ReduceAlgorithm}. */
+  reduce: ReduceAlgorithm;
+  /** See {@linkcode AllToAllAlgorithm}. */
+  allToAll: AllToAllAlgorithm;
+  /** See {@linkcode BarrierAlgorithm}. */
+  barrier: BarrierAlgorithm;
+}
+
+/** The chunk size assumed when a shape names none (the backend should pass its own `chunkBytes`). */
+export const DEFAULT_CHUNK_BYTES = 256 * 1024;
+
+/**
+ * Placeholder constants for the TCP transport (loopback or 10 GbE class), NOT measured: α = 50 µs,
+ * 1 GB/s, reductions at 10 GB/s. Replace with `fitConstants` over the bench's ping-pong.
+ */
+export const DEFAULT_TCP_CONSTANTS: CostConstants = Object.freeze({ alpha: 50e-6, beta: 1e-9, gamma: 1e-10 });
+/**
+ * Placeholder constants for the shared-memory transport, NOT measured: α = 5 µs, 5 GB/s, reductions at
+ * 10 GB/s.
+ */
+export const DEFAULT_SHM_CONSTANTS: CostConstants = Object.freeze({ alpha: 5e-6, beta: 2e-10, gamma: 1e-10 });
+/**
+ * Placeholder constants for the in-process (Workers + SharedArrayBuffer) transport, NOT measured:
+ * α = 2 µs, 10 GB/s, reductions at 10 GB/s.
+ */
+export const DEFAULT_INPROC_CONSTANTS: CostConstants = Object.freeze({
+  alpha: 2e-6,
+  beta: 1e-10,
+  gamma: 1e-10,
+});
+
+/** The transports with default constants. */
+export type TransportKind = "tcp" | "shm" | "inproc";
+
+/** Placeholder constants by transport kind, until the bench measures them. */
+export const DEFAULT_CONSTANTS: Readonly<Record<TransportKind, CostConstants>> = Object.freeze({
+  tcp: DEFAULT_TCP_CONSTANTS,
+  shm: DEFAULT_SHM_CONSTANTS,
+  inproc: DEFAULT_INPROC_CONSTANTS,
+});
+
+// ---- helpers -------------------------------------------------------------------------------------
+
+/** Messages needed for `bytes` in chunks of `chunk` (which may be Infinity): 0 for nothing, else ≥ 1. */
+function msgs(bytes: number, chunk: number): number {
+  return bytes > 0 ? Math.max(1, Math.ceil(bytes / chunk)) : 0;
+}
+
+function ceilLog2(n: number): number {
+  let rounds = 0;
+  for (let p = 1; p < n; p *= 2) rounds++;
+  return rounds;
+}
+
+function floorPow2(n: number): number {
+  let p = 1;
+  while (p * 2 <= n) p *= 2;
+  return p;
+}
+
+function unpack(shape: CostShape): { n: number; m: number; chunk: number } {
+  const { size, bytes, chunkBytes = DEFAULT_CHUNK_BYTES } = shape;
+  if (!Number.isInteger(size) || size < 1) throw new RangeError(`Expected size ≥ 1, found ${size}`);
+  if (!(bytes >= 0)) throw new RangeError(`Expected bytes ≥ 0, found ${bytes}`);
+  if (!(chunkBytes > 0)) throw new RangeError(`Expected chunkBytes > 0, found ${chunkBytes}`);
+  return { n: size, m: bytes, chunk: chunkBytes };
+}
+
+/** Messages per chunk each way at the busiest rank of the in-order binary tree, and children reduced. */
+function treeLoad(n: number): { w: number; f: number } {
+  if (n <= 2) return { w: 1, f: 1 };
+  if (n === 3) return { w: 2, f: 1 };
+  return { w: 3, f: 2 };
+}
+
+// ---- all-reduce ----------------------------------------------------------------------------------
+
+/** Ring all-reduce: `2(n−1)·k·α + 2·(n−1)/n·m·β + (n−1)/n·m·γ`, k = ⌈m/(n·chunkBytes)⌉. */
+export function ringAllReduceCost(shape: CostShape, constants: CostConstants): number {
+  const { n, m, chunk } = unpack(shape);
+  if (n === 1 || m === 0) return 0;
+  const { alpha, beta, gamma } = constants;
+  const k = msgs(m / n, chunk);
+  return 2 * (n - 1) * k * alpha + 2 * ((n - 1) / n) * m * beta + ((n - 1) / n) * m * gamma;
+}
+
+/**
+ * Pipelined binary-tree all-reduce: `2D·(α + cβ) + D·cγ + (k−1)·(w·(α + cβ) + f·cγ)`, D = ⌈log2 n⌉,
+ * c = min(chunkBytes, m), k = ⌈m/chunkBytes⌉, w and f as in `collectives/tree_allreduce.ts`.
+ */
+export function treeAllReduceCost(shape: CostShape, constants: CostConstants): number {
+  const { n, m, chunk } = unpack(shape);
+  if (n === 1 || m === 0) return 0;
+  const { alpha, beta, gamma } = constants;
+  const d = ceilLog2(n);
+  const c = Math.min(chunk, m);
+  const k = msgs(m, chunk);
+  const { w, f } = treeLoad(n);
+  return 2 * d * (alpha + c * beta) + d * c * gamma + (k - 1) * (w * (alpha + c * beta) + f * c * gamma);
+}
+
+/**
+ * Double-binary-tree all-reduce, m/2 per tree: `2D·(α + 2cβ) + D·cγ + (k−1)·((w+1)·(α + cβ) + f·cγ)`,
+ * c = min(chunkBytes, m/2), k = ⌈(m/2)/chunkBytes⌉.
+ */
+export function doubleTreeAllReduceCost(shape: CostShape, constants: CostConstants): number {
+  const { n, m, chunk } = unpack(shape);
+  if (n === 1 || m === 0) return 0;
+  const { alpha, beta, gamma } = constants;
+  const d = ceilLog2(n);
+  const half = m / 2;
+  const c = Math.min(chunk, half);
+  const k = msgs(half, chunk);
+  const { w, f } = treeLoad(n);
+  return 2 * d * (alpha + 2 * c * beta) + d * c * gamma +
+    (k - 1) * ((w + 1) * (alpha + c * beta) + f * c * gamma);
+}
+
+/**
+ * Rabenseifner all-reduce: `Σ_{i=1..L} [2·k(m/2^i)·α + 2·(m/2^i)·β + (m/2^i)·γ]` over L = log2 p rounds,
+ * p the largest power of two ≤ n, plus `2·k(m)·α + 2·m·β + m·γ` for the fold and unfold when p < n.
+ */
+export function halvingDoublingAllReduceCost(shape: CostShape, constants: CostConstants): number {
+  const { n, m, chunk } = unpack(shape);
+  if (n === 1 || m === 0) return 0;
+  const { alpha, beta, gamma } = constants;
+  const p = floorPow2(n);
+  let t = 0;
+  for (let part = m / 2, i = 1; i < p; i *= 2, part /= 2) {
+    t += 2 * msgs(part, chunk) * alpha + 2 * part * beta + part * gamma;
+  }
+  if (p < n) t += 2 * msgs(m, chunk) * alpha + 2 * m * beta + m * gamma;
+  return t;
+}
+
+/**
+ * Parameter-server all-reduce with S servers: `2(n−1)·k·α + 2(n−1)·(m/S)·β + (n−1)·(m/S)·γ`,
+ * k = ⌈m/(S·chunkBytes)⌉.
+ */
+export function psAllReduceCost(shape: CostShape, constants: CostConstants): number {
+  const { n, m, chunk } = unpack(shape);
+  const s = shape.servers ?? n;
+  if (!Number.isInteger(s) || s < 1 || s > n) throw new RangeError(`Expected servers in 1..${n}, found ${s}`);
+  if (n === 1 || m === 0) return 0;
+  const { alpha, beta, gamma } = constants;
+  const shard = m / s;
+  return 2 * (n - 1) * msgs(shard, chunk) * alpha + 2 * (n - 1) * shard * beta + (n - 1) * shard * gamma;
+}
+
+/** Direct all-reduce: `(n−1)·k·α + (n−1)·m·β + (n−1)·m·γ`, k = ⌈m/chunkBytes⌉. */
+export function directAllReduceCost(shape: CostShape, constants: CostConstants): number {
+  const { n, m, chunk } = unpack(shape);
+  if (n === 1 || m === 0) return 0;
+  const { alpha, beta, gamma } = constants;
+  return (n - 1) * msgs(m, chunk) * alpha + (n - 1) * m * beta + (n - 1) * m * gamma;
+}
+
+// ---- all-gather and reduce-scatter ---------------------------------------------------------------
+
+/** Ring all-gather (m = output bytes): `(n−1)·k·α + (n−1)/n·m·β`, k = ⌈m/(n·chunkBytes)⌉. */
+export function ringAllGatherCost(shape: CostShape, constants: CostConstants): number {
+  const { n, m, chunk } = unpack(shape);
+  if (n === 1 || m === 0) return 0;
+  const b = m / n;
+  return (n - 1) * (msgs(b, chunk) * constants.alpha + b * constants.beta);
+}
+
+/**
+ * Recursive-doubling / Bruck all-gather (m = output bytes): `Σ_i k(cnt_i·b)·α + (n−1)/n·m·β`, b = m/n,
+ * rounds i = 0..⌈log2 n⌉−1 moving cnt_i = min(2^i, n − 2^i) blocks.
+ */
+export function recursiveDoublingAllGatherCost(shape: CostShape, constants: CostConstants): number {
+  const { n, m, chunk } = unpack(shape);
+  if (n === 1 || m === 0) return 0;
+  const b = m / n;
+  let t = 0;
+  for (let d = 1; d < n; d *= 2) {
+    const cnt = Math.min(d, n - d);
+    t += msgs(cnt * b, chunk) * constants.alpha + cnt * b * constants.beta;
+  }
+  return t;
+}
+
+/** Ring reduce-scatter (m = input bytes): `(n−1)·k·α + (n−1)/n·m·β + (n−1)/n·m·γ`, k = ⌈m/(n·chunkBytes)⌉. */
+export function ringReduceScatterCost(shape: CostShape, constants: CostConstants): number {
+  const { n, m, chunk } = unpack(shape);
+  if (n === 1 || m === 0) return 0;
+  const b = m / n;
+  return (n - 1) * (msgs(b, chunk) * constants.alpha + b * constants.beta + b * constants.gamma);
+}
+
+/**
+ * Recursive-halving reduce-scatter (m = input bytes): `Σ_{i=1..L} [k(m/2^i)·α + (m/2^i)·(β + γ)]`, L =
+ * log2 p, plus `k(m)·α + m·(β + γ) + k(m/n)·α + (m/n)·β` for the fold and unfold when p < n.
+ */
+export function halvingReduceScatterCost(shape: CostShape, constants: CostConstants): number {
+  const { n, m, chunk } = unpack(shape);
+  if (n === 1 || m === 0) return 0;
+  const { alpha, beta, gamma } = constants;
+  const p = floorPow2(n);
+  let t = 0;
+  for (let part = m / 2, i = 1; i < p; i *= 2, part /= 2) {
+    t += msgs(part, chunk) * alpha + part * (beta + gamma);
+  }
+  if (p < n) t += msgs(m, chunk) * alpha + m * (beta + gamma) + msgs(m / n, chunk) * alpha + (m / n) * beta;
+  return t;
+}
+
+// ---- rooted, all-to-all, barrier -----------------------------------------------------------------
+
+/** Binomial broadcast: `⌈log2 n⌉·(k·α + m·β)`, k = ⌈m/chunkBytes⌉. */
+export function binomialBroadcastCost(shape: CostShape, constants: CostConstants): number {
+  const { n, m, chunk } = unpack(shape);
+  if (n === 1 || m === 0) return 0;
+  return ceilLog2(n) * (msgs(m, chunk) * constants.alpha + m * constants.beta);
+}
+
+/** Pipelined chain broadcast: `(n − 2 + k)·(α + c·β)`, c = min(chunkBytes, m), k = ⌈m/chunkBytes⌉. */
+export function chainBroadcastCost(shape: CostShape, constants: CostConstants): number {
+  const { n, m, chunk } = unpack(shape);
+  if (n === 1 || m === 0) return 0;
+  return (n - 2 + msgs(m, chunk)) * (constants.alpha + Math.min(chunk, m) * constants.beta);
+}
+
+/** Binomial reduce: `⌈log2 n⌉·(k·α + m·β + m·γ)`, k = ⌈m/chunkBytes⌉. */
+export function binomialReduceCost(shape: CostShape, constants: CostConstants): number {
+  const { n, m, chunk } = unpack(shape);
+  if (n === 1 || m === 0) return 0;
+  const { alpha, beta, gamma } = constants;
+  return ceilLog2(n) * (msgs(m, chunk) * alpha + m * beta + m * gamma);
+}
+
+/** Pairwise all-to-all (m = input bytes): `(n−1)·(k·α + (m/n)·β)`, k = ⌈m/(n·chunkBytes)⌉. */
+export function pairwiseAllToAllCost(shape: CostShape, constants: CostConstants): number {
+  const { n, m, chunk } = unpack(shape);
+  if (n === 1 || m === 0) return 0;
+  const b = m / n;
+  return (n - 1) * (msgs(b, chunk) * constants.alpha + b * constants.beta);
+}
+
+/** Dissemination barrier: `⌈log2 n⌉·α` (bytes are ignored). */
+export function disseminationBarrierCost(shape: CostShape, constants: CostConstants): number {
+  const { n } = unpack(shape);
+  return ceilLog2(n) * constants.alpha;
+}
+
+/** The cost function of every algorithm, by collective and name. */
+export const COST_FUNCTIONS: {
+  readonly [C in Collective]: Readonly<Record<AlgorithmName[C], CostFunction>>;
+} = Object.freeze({
+  allReduce: {
+    "ring": ringAllReduceCost,
+    "tree": treeAllReduceCost,
+    "double-tree": doubleTreeAllReduceCost,
+    "halving-doubling": halvingDoublingAllReduceCost,
+    "ps": psAllReduceCost,
+    "direct": directAllReduceCost,
+  },
+  allGather: { "ring": ringAllGatherCost, "recursive-doubling": recursiveDoublingAllGatherCost },
+  reduceScatter: { ring: ringReduceScatterCost, halving: halvingReduceScatterCost },
+  broadcast: { binomial: binomialBroadcastCost, chain: chainBroadcastCost },
+  reduce: { binomial: binomialReduceCost },
+  allToAll: { pairwise: pairwiseAllToAllCost },
+  barrier: { dissemination: disseminationBarrierCost },
+});
+
+/** A call shape with the constants to price it at. */
+export interface PredictOptions extends CostShape {
+  /** The transport's constants. */
+  readonly constants: CostConstants;
+}
+
+/**
+ * Predicted seconds of one algorithm of one collective.
+ *
+ * @param collective The collective.
+ * @param algorithm One of its algorithm names.
+ * @param options The call shape and the constants.
+ * @returns Seconds.
+ * @throws {RangeError} If the algorithm is unknown or the shape is invalid.
+ *
+ * @example Barrier on 8 ranks costs three latencies
+ * ```ts
+ * import { predict } from "./cost_model.ts";
+ * import assert from "node:assert/strict";
+ * const constants = { alpha: 0.5, beta: 1e-9, gamma: 1e-10 };
+ * assert.equal(predict("barrier", "dissemination", { size: 8, bytes: 0, constants }), 1.5);
+ * ```
+ */
+export function predict<C extends Collective>(
+  collective: C,
+  algorithm: AlgorithmName[C],
+  options: PredictOptions,
+): number {
+  const table = COST_FUNCTIONS[collective] as Readonly<Record<string, CostFunction>> | undefined;
+  const fn = table?.[algorithm];
+  if (fn === undefined) {
+    throw new RangeError(
+      `Unknown algorithm: expected one of ${Object.keys(table ?? {}).join(", ")} for ${collective}, ` +
+        `found ${String(algorithm)}`,
+    );
+  }
+  return fn(options, options.constants);
+}
+
+/** One ping-pong measurement: one-way seconds (half the round trip) for a message of `bytes`. */
+export interface PingPongSample {
+  /** Message bytes. */
+  readonly bytes: number;
+  /** One-way seconds. */
+  readonly seconds: number;
+}
+
+/**
+ * Least-squares fit of `seconds = α + β·bytes` to ping-pong samples. When noise pushes the intercept
+ * below zero, α is 0 and β is refitted through the origin.
+ *
+ * @param samples At least two samples with different sizes.
+ * @returns α (seconds) and β (seconds per byte).
+ * @throws {RangeError} If fewer than two distinct sizes are given.
+ *
+ * @example
+ * ```ts
+ * import { fitConstants } from "./cost_model.ts";
+ * import assert from "node:assert/strict";
+ * const { alpha, beta } = fitConstants([{ bytes: 0, seconds: 2e-6 }, { bytes: 1e6, seconds: 102e-6 }]);
+ * assert.ok(Math.abs(alpha - 2e-6) < 1e-12 && Math.abs(beta - 1e-10) < 1e-18);
+ * ```
+ */
+export function fitConstants(samples: readonly PingPongSample[]): { alpha: number; beta: number } {
+  const n = samples.length;
+  const meanX = samples.reduce((s, p) => s + p.bytes, 0) / n;
+  const meanY = samples.reduce((s, p) => s + p.seconds, 0) / n;
+  let sxx = 0;
+  let sxy = 0;
+  for (const { bytes, seconds } of samples) {
+    sxx += (bytes - meanX) ** 2;
+    sxy += (bytes - meanX) * (seconds - meanY);
+  }
+  if (!(n >= 2 && sxx > 0)) {
+    throw new RangeError(`Cannot fit α and β: expected samples of at least two sizes, found ${n} samples`);
+  }
+  const beta = sxy / sxx;
+  const alpha = meanY - beta * meanX;
+  if (alpha >= 0) return { alpha, beta };
+  let xx = 0;
+  let xy = 0;
+  for (const { bytes, seconds } of samples) {
+    xx += bytes * bytes;
+    xy += bytes * seconds;
+  }
+  return { alpha: 0, beta: xy / xx };
+}

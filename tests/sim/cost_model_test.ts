@@ -1,0 +1,149 @@
+import assert from "node:assert/strict";
+import {
+  type Collective,
+  COST_FUNCTIONS,
+  type CostConstants,
+  DEFAULT_CONSTANTS,
+  DEFAULT_INPROC_CONSTANTS,
+  DEFAULT_SHM_CONSTANTS,
+  DEFAULT_TCP_CONSTANTS,
+  doubleTreeAllReduceCost,
+  fitConstants,
+  halvingDoublingAllReduceCost,
+  predict,
+  psAllReduceCost,
+  ringAllReduceCost,
+  treeAllReduceCost,
+} from "../../sim/cost_model.ts";
+import { Rng } from "../collectives/_harness.ts";
+
+const UNIT: CostConstants = { alpha: 1, beta: 1, gamma: 1 };
+const SIZES = [1, 2, 3, 4, 5, 8, 16, 33, 64, 1000];
+const BYTES = [0, 1, 7, 64, 1000, 4096, 65536, 1e6, 1 << 24, 1 << 30];
+const CHUNKS = [64, 65536, Infinity];
+
+function* everyModel(): Generator<
+  [string, (b: number, n: number, chunk: number, k: CostConstants) => number]
+> {
+  for (const [c, table] of Object.entries(COST_FUNCTIONS)) {
+    for (const [name, fn] of Object.entries(table)) {
+      yield [`${c}/${name}`, (bytes, size, chunkBytes, k) => fn({ bytes, size, chunkBytes }, k)];
+    }
+  }
+}
+
+Deno.test("every cost function is non-decreasing in bytes", () => {
+  for (const [name, cost] of everyModel()) {
+    for (const k of [UNIT, ...Object.values(DEFAULT_CONSTANTS)]) {
+      for (const n of SIZES) {
+        for (const chunk of CHUNKS) {
+          let prev = -Infinity;
+          for (const b of BYTES) {
+            const t = cost(b, n, chunk, k);
+            assert.ok(Number.isFinite(t) && t >= 0, `${name} n=${n} m=${b}: ${t}`);
+            assert.ok(t >= prev, `${name} n=${n} chunk=${chunk}: ${t} at ${b} bytes < ${prev} before`);
+            prev = t;
+          }
+        }
+      }
+    }
+  }
+});
+
+Deno.test("every cost function is 0 on one rank, and every data collective is 0 for 0 bytes", () => {
+  for (const [name, cost] of everyModel()) {
+    for (const b of BYTES) assert.equal(cost(b, 1, 64, UNIT), 0, name);
+    if (!name.startsWith("barrier")) { for (const n of SIZES) assert.equal(cost(0, n, 64, UNIT), 0, name); }
+  }
+});
+
+Deno.test("ringAllReduceCost() is 2(n−1)kα + 2(n−1)/n·mβ + (n−1)/n·mγ", () => {
+  const k = { alpha: 1e-5, beta: 1e-9, gamma: 1e-10 };
+  // m = 8 MiB on 8 ranks: 1 MiB segments, 4 chunks of 256 KiB each.
+  const m = 8 << 20;
+  const want = 2 * 7 * 4 * 1e-5 + 2 * (7 / 8) * m * 1e-9 + (7 / 8) * m * 1e-10;
+  assert.ok(Math.abs(ringAllReduceCost({ size: 8, bytes: m, chunkBytes: 256 << 10 }, k) - want) < 1e-15);
+});
+
+Deno.test("psAllReduceCost() with n servers equals the ring, with fewer it costs more", () => {
+  for (const n of [2, 5, 8]) {
+    for (const m of [1000, 1 << 20]) {
+      const ring = ringAllReduceCost({ size: n, bytes: m }, DEFAULT_TCP_CONSTANTS);
+      const ps = psAllReduceCost({ size: n, bytes: m }, DEFAULT_TCP_CONSTANTS);
+      assert.ok(Math.abs(ps - ring) <= 1e-12 * ring, `n=${n} m=${m}`);
+      assert.ok(psAllReduceCost({ size: n, bytes: m, servers: 1 }, DEFAULT_TCP_CONSTANTS) > ring);
+    }
+  }
+});
+
+Deno.test("halvingDoublingAllReduceCost() charges the fold only when n is not a power of two", () => {
+  const m = 1 << 20;
+  const p8 = halvingDoublingAllReduceCost({ size: 8, bytes: m, chunkBytes: Infinity }, UNIT);
+  assert.equal(p8, 2 * 3 + 2 * (7 / 8) * m + (7 / 8) * m);
+  const p9 = halvingDoublingAllReduceCost({ size: 9, bytes: m, chunkBytes: Infinity }, UNIT);
+  assert.equal(p9, p8 + 2 + 2 * m + m);
+});
+
+Deno.test("doubleTreeAllReduceCost() approaches half the tree's bandwidth term for large buffers", () => {
+  const k = { alpha: 0, beta: 1, gamma: 0 };
+  const m = 1 << 30;
+  const tree = treeAllReduceCost({ size: 64, bytes: m, chunkBytes: 1 << 16 }, k);
+  const dtree = doubleTreeAllReduceCost({ size: 64, bytes: m, chunkBytes: 1 << 16 }, k);
+  assert.ok(Math.abs(tree / m - 3) < 0.01 && Math.abs(dtree / m - 2) < 0.01, `${tree / m} ${dtree / m}`);
+});
+
+Deno.test("predict() dispatches to the named cost function and rejects unknown names", () => {
+  const constants = DEFAULT_SHM_CONSTANTS;
+  for (const [c, table] of Object.entries(COST_FUNCTIONS)) {
+    for (const [name, fn] of Object.entries(table)) {
+      const shape = { size: 6, bytes: 12345, chunkBytes: 1024 };
+      // deno-lint-ignore no-explicit-any
+      assert.equal(predict(c as Collective, name as any, { ...shape, constants }), fn(shape, constants));
+    }
+  }
+  // deno-lint-ignore no-explicit-any
+  assert.throws(() => predict("allReduce", "bogus" as any, { size: 2, bytes: 8, constants }), {
+    name: "RangeError",
+    message: /Unknown algorithm: expected one of ring, tree, .* for allReduce, found bogus/,
+  });
+  assert.throws(() => predict("allReduce", "ring", { size: 0, bytes: 8, constants }), RangeError);
+  assert.throws(() => predict("allReduce", "ps", { size: 4, bytes: 8, servers: 5, constants }), RangeError);
+});
+
+Deno.test("predict() prices the barrier at ⌈log2 n⌉ latencies", () => {
+  for (const [n, rounds] of [[1, 0], [2, 1], [3, 2], [8, 3], [9, 4]]) {
+    assert.equal(predict("barrier", "dissemination", { size: n, bytes: 0, constants: UNIT }), rounds);
+  }
+});
+
+Deno.test("fitConstants() recovers α and β from noisy synthetic ping-pongs", () => {
+  const rng = new Rng(42);
+  for (const truth of [DEFAULT_TCP_CONSTANTS, DEFAULT_SHM_CONSTANTS, DEFAULT_INPROC_CONSTANTS]) {
+    const samples = [];
+    for (let bytes = 1; bytes <= 1 << 24; bytes *= 4) {
+      for (let rep = 0; rep < 5; rep++) {
+        const exact = truth.alpha + truth.beta * bytes;
+        samples.push({ bytes, seconds: exact * (1 + (rng.next() - 0.5) * 1e-3) });
+      }
+    }
+    const { alpha, beta } = fitConstants(samples);
+    assert.ok(Math.abs(beta - truth.beta) / truth.beta < 1e-3, `beta ${beta} vs ${truth.beta}`);
+    assert.ok(Math.abs(alpha - truth.alpha) / truth.alpha < 0.05, `alpha ${alpha} vs ${truth.alpha}`);
+  }
+});
+
+Deno.test("fitConstants() is exact on exact samples and clamps a negative intercept to 0", () => {
+  const exact = fitConstants([0, 100, 1000].map((bytes) => ({ bytes, seconds: 3e-6 + 2e-9 * bytes })));
+  assert.ok(Math.abs(exact.alpha - 3e-6) < 1e-15 && Math.abs(exact.beta - 2e-9) < 1e-18);
+  const clamped = fitConstants([{ bytes: 100, seconds: 0.5e-6 }, { bytes: 200, seconds: 2e-6 }]);
+  assert.equal(clamped.alpha, 0);
+  assert.ok(clamped.beta > 0);
+});
+
+Deno.test("fitConstants() rejects samples of fewer than two sizes", () => {
+  assert.throws(() => fitConstants([]), RangeError);
+  assert.throws(() => fitConstants([{ bytes: 8, seconds: 1 }, { bytes: 8, seconds: 2 }]), {
+    name: "RangeError",
+    message: /expected samples of at least two sizes/,
+  });
+});
