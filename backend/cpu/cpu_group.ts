@@ -190,8 +190,8 @@ export interface CpuGroupOptions {
   globalRank: number;
   /** Default timeout of calls. */
   timeoutMs: number;
-  /** Runs when the world group closes (after the engine), e.g. to close the store. */
-  onClose?: () => Promise<void>;
+  /** Runs when the world group closes (after the engine), e.g. to close the store; told whether the group failed. */
+  onClose?: (failed: boolean) => Promise<void>;
 }
 
 /** A process group of the CPU backend. */
@@ -203,7 +203,7 @@ export class CpuProcessGroup implements ProcessGroup {
   #engine: EngineHandle;
   #id: number;
   #timeoutMs: number;
-  #onClose?: () => Promise<void>;
+  #onClose?: (failed: boolean) => Promise<void>;
   #closed = false;
 
   /**
@@ -341,8 +341,9 @@ export class CpuProcessGroup implements ProcessGroup {
   async close(): Promise<void> {
     if (this.#closed || this.#id !== 0) return;
     this.#closed = true;
+    const failed = this.#engine.failure !== undefined;
     await this.#engine.close();
-    await this.#onClose?.();
+    await this.#onClose?.(failed);
   }
 
   [Symbol.asyncDispose](): Promise<void> {

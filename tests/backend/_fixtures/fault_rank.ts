@@ -1,0 +1,41 @@
+/**
+ * A rank of the fault tests, started directly (not by the launcher, which would stop the others itself).
+ * Modes (first argument):
+ * - `loop`: all-reduce 16 MiB forever, printing `STARTED` once; the test kills one rank.
+ * - `mismatch`: rank 1 makes a different call than the others (second argument: count | op | dtype |
+ *   collective | algorithm).
+ * - `skip`: rank 1 skips the collective the others make (they time out).
+ * Every rank prints `FAILED <name> <ms> <message>` when its call fails, or `DONE`.
+ */
+import { init } from "../../../backend/init.ts";
+
+const [mode, variant = "count"] = Deno.args;
+const pg = await init({ timeoutMs: Number(Deno.env.get("FAULT_TIMEOUT_MS") ?? 60_000) });
+const t0 = performance.now();
+try {
+  if (mode === "loop") {
+    const t = new Float32Array(4 << 20).fill(1);
+    await pg.allReduce(t);
+    console.log("STARTED");
+    for (;;) await pg.allReduce(t);
+  } else if (mode === "mismatch") {
+    const odd = pg.rank === 1;
+    const n = odd && variant === "count" ? 4096 : 1024;
+    const t = odd && variant === "dtype" ? new Int32Array(n) : new Float32Array(n);
+    if (odd && variant === "collective") await pg.broadcast(t, { root: 0 });
+    else {
+      await pg.allReduce(t, {
+        op: odd && variant === "op" ? "max" : "sum",
+        algorithm: odd && variant === "algorithm" ? "tree" : "ring",
+      });
+    }
+    console.log("DONE");
+  } else if (mode === "skip") {
+    if (pg.rank !== 1) await pg.allReduce(new Float32Array(1024));
+    else await new Promise((r) => setTimeout(r, 4000));
+    console.log("DONE");
+  }
+} catch (e) {
+  console.log(`FAILED ${(e as Error).name} ${Math.round(performance.now() - t0)} ${(e as Error).message}`);
+}
+await pg.close().catch(() => {});

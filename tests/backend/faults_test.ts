@@ -1,0 +1,122 @@
+/**
+ * Faults: a rank killed mid-collective, mismatched calls, a rank that never joins a call. Every rank must
+ * fail fast with an error that says what happened and to whom — never hang.
+ */
+import assert from "node:assert/strict";
+import { generateSecret } from "../../store/secret.ts";
+
+const FIXTURE = new URL("./_fixtures/fault_rank.ts", import.meta.url).pathname;
+
+interface Rank {
+  child: Deno.ChildProcess;
+  lines: string[];
+  done: Promise<void>;
+}
+
+async function freePort(): Promise<number> {
+  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (l.addr as Deno.NetAddr).port;
+  l.close();
+  return await Promise.resolve(port);
+}
+
+async function start(
+  size: number,
+  args: string[],
+  env: Record<string, string> = {},
+): Promise<Rank[]> {
+  const port = await freePort();
+  const secret = generateSecret();
+  return Array.from({ length: size }, (_, rank) => {
+    const child = new Deno.Command(Deno.execPath(), {
+      args: ["run", "-A", FIXTURE, ...args],
+      env: {
+        ...env,
+        RANK: String(rank),
+        WORLD_SIZE: String(size),
+        MASTER_ADDR: "127.0.0.1",
+        MASTER_PORT: String(port),
+        DCOMM_STORE_SECRET: secret,
+      },
+      stdout: "piped",
+      stderr: "inherit",
+    }).spawn();
+    const lines: string[] = [];
+    const done = (async () => {
+      const decoder = new TextDecoder();
+      let buf = "";
+      for await (const chunk of child.stdout) {
+        buf += decoder.decode(chunk);
+        const parts = buf.split("\n");
+        buf = parts.pop() ?? "";
+        lines.push(...parts);
+      }
+      await child.status;
+    })();
+    return { child, lines, done };
+  });
+}
+
+async function until(cond: () => boolean, ms: number): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error(`Condition not met within ${ms} ms`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+function failure(rank: Rank): { name: string; ms: number; message: string } | undefined {
+  const line = rank.lines.find((l) => l.startsWith("FAILED "));
+  const m = line && /^FAILED (\S+) (\d+) (.*)$/.exec(line);
+  return m ? { name: m[1], ms: Number(m[2]), message: m[3] } : undefined;
+}
+
+for (const transport of ["tcp", "shm"]) {
+  Deno.test(`a rank killed mid-collective makes every other rank fail within seconds (${transport})`, async () => {
+    const ranks = await start(4, ["loop"], { DCOMM_TRANSPORT: transport });
+    await until(() => ranks.every((r) => r.lines.includes("STARTED")), 60_000);
+    await new Promise((r) => setTimeout(r, 200));
+    const killedAt = Date.now();
+    ranks[2].child.kill("SIGKILL");
+    const survivors = [ranks[0], ranks[1], ranks[3]];
+    await until(() => survivors.every((r) => failure(r) !== undefined), 30_000);
+    const elapsed = Date.now() - killedAt;
+    assert.ok(elapsed < 10_000, `the survivors took ${elapsed} ms to fail`);
+    await Promise.all(survivors.map((r) => r.done));
+    for (const r of survivors) {
+      const f = failure(r);
+      assert.ok(f, `a survivor printed no failure: ${r.lines.join(" | ")}`);
+      assert.match(f.name, /TransportError|DistError/);
+      assert.match(f.message, /[Rr]ank 2\b/, `the error does not name the dead rank: ${f.message}`);
+    }
+    await ranks[2].done;
+  });
+}
+
+for (const variant of ["count", "op", "dtype", "collective", "algorithm"]) {
+  Deno.test(`mismatched calls (${variant}) fail on every rank, naming both ranks and both calls`, async () => {
+    const ranks = await start(3, ["mismatch", variant], { DCOMM_TRANSPORT: "tcp" });
+    await Promise.all(ranks.map((r) => r.done));
+    const messages = ranks.map((r) => failure(r)?.message ?? `no failure: ${r.lines.join(" | ")}`);
+    for (const m of messages) assert.doesNotMatch(m, /^no failure/, m);
+    // The rank that detected it names both calls; the others learn its reason through the abort.
+    const detail = messages.find((m) => /Mismatched calls/.test(m));
+    assert.ok(detail, messages.join("\n"));
+    assert.match(detail, /rank 1\b/i);
+    assert.match(detail, /rank [02]\b/i);
+    assert.match(detail, /(allReduce|broadcast)\(.*\).*(allReduce|broadcast)\(/);
+    for (const m of messages) assert.match(m, /Mismatched calls|aborted/);
+  });
+}
+
+Deno.test("a rank that skips a collective makes the others time out, naming the call and the awaited rank", async () => {
+  const ranks = await start(3, ["skip"], { DCOMM_TRANSPORT: "tcp", FAULT_TIMEOUT_MS: "1500" });
+  await Promise.all(ranks.map((r) => r.done));
+  const f0 = failure(ranks[0]);
+  assert.ok(f0, ranks[0].lines.join(" | "));
+  assert.match(f0.message, /Timed out after 1500 ms in allReduce\(1024 × float32/);
+  assert.ok(f0.ms < 6000, `rank 0 failed after ${f0.ms} ms`);
+  const f2 = failure(ranks[2]);
+  assert.ok(f2);
+  assert.match(f2.message, /Timed out|aborted/);
+});

@@ -1,0 +1,28 @@
+/** A rank for the launcher tests: prints its environment, then behaves as the first argument says. */
+const rank = Number(Deno.env.get("RANK"));
+console.log(
+  `ENV ${
+    JSON.stringify({
+      RANK: Deno.env.get("RANK"),
+      WORLD_SIZE: Deno.env.get("WORLD_SIZE"),
+      LOCAL_RANK: Deno.env.get("LOCAL_RANK"),
+      LOCAL_WORLD_SIZE: Deno.env.get("LOCAL_WORLD_SIZE"),
+      MASTER_ADDR: Deno.env.get("MASTER_ADDR"),
+      MASTER_PORT: Deno.env.get("MASTER_PORT"),
+      secret: (Deno.env.get("DCOMM_STORE_SECRET") ?? "").length,
+      args: Deno.args.slice(1),
+    })
+  }`,
+);
+console.error(`to stderr from ${rank}`);
+const mode = Deno.args[0];
+if (mode === "fail" && rank === 1) {
+  for (let i = 0; i < 30; i++) console.log(`line ${i}`);
+  console.error("something broke");
+  Deno.exit(3);
+}
+if (mode === "fail" || mode === "hang") {
+  // Waits to be stopped by the launcher; writes its pid so the test can check that nothing is left.
+  Deno.writeTextFileSync(`${Deno.env.get("PID_DIR")}/${rank}`, String(Deno.pid));
+  await new Promise((r) => setTimeout(r, 60_000));
+}
