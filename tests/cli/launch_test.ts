@@ -45,7 +45,7 @@ Deno.test("launch stops the other ranks when one fails, prints its last lines, a
     assert.equal(code, 3);
     assert.ok(Date.now() - t0 < 30_000);
     assert.match(err, /Rank 1 exited with code 3; the launcher stopped the other ranks\./);
-    assert.match(err, /Last lines of rank 1:\n(.*\n)*  \| something broke/);
+    assert.match(err, /Last lines of rank 1:\n(.*\n)* {2}\| something broke/);
     assert.match(err, /rank 0: (signal SIGTERM|exit \d+) \(stopped\)/);
     // No orphans: every rank that wrote its pid is gone.
     for (const entry of Deno.readDirSync(pidDir)) {
