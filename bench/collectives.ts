@@ -1,0 +1,117 @@
+/**
+ * `deno task bench:collectives`: nccl-tests for dcomm. The same flags (`-b -e -f -n -w -c -o -d`, plus
+ * `--backend --collective --algorithm --transport --ranks --root`), the same table
+ * (`size count type redop root | time algbw busbw #wrong`), correctness checked on every run, and a
+ * non-zero exit on any wrong element. Writes `bench/results/collectives-<backend>.json`.
+ *
+ * ```sh
+ * deno task bench:collectives -b 1K -e 64M -f 4 --ranks 4 --transport shm
+ * deno task bench:collectives --collective allGather --algorithm recursive-doubling --ranks 8
+ * ```
+ *
+ * @module
+ */
+import { parseArgs } from "node:util";
+import { launch } from "../cli/launch.ts";
+import { checkDType, checkOp } from "../core/dtype.ts";
+import type { BenchCollective, BenchConfig, BenchRow } from "./_collectives_common.ts";
+import { parseBytes } from "./_collectives_common.ts";
+
+const COLLECTIVES: readonly BenchCollective[] = [
+  "allReduce",
+  "broadcast",
+  "reduce",
+  "allGather",
+  "reduceScatter",
+  "allToAll",
+];
+
+const { values } = parseArgs({
+  args: Deno.args,
+  options: {
+    minbytes: { type: "string", short: "b", default: "8" },
+    maxbytes: { type: "string", short: "e", default: "64M" },
+    stepfactor: { type: "string", short: "f", default: "4" },
+    iters: { type: "string", short: "n", default: "20" },
+    warmup_iters: { type: "string", short: "w", default: "5" },
+    check: { type: "string", short: "c", default: "1" },
+    op: { type: "string", short: "o", default: "sum" },
+    datatype: { type: "string", short: "d", default: "float32" },
+    root: { type: "string", short: "r", default: "0" },
+    backend: { type: "string", default: "cpu" },
+    collective: { type: "string", default: "allReduce" },
+    algorithm: { type: "string", default: "auto" },
+    transport: { type: "string", default: "auto" },
+    ranks: { type: "string", default: "4" },
+    "check-calls": { type: "string", default: "1" },
+    out: { type: "string" },
+    help: { type: "boolean", short: "h", default: false },
+  },
+});
+if (values.help) {
+  console.log(
+    `Usage: deno task bench:collectives [-b 8] [-e 64M] [-f 4] [-n 20] [-w 5] [-c 1] [-o sum] [-d float32]
+  [--backend cpu] [--collective allReduce|broadcast|reduce|allGather|reduceScatter|allToAll]
+  [--algorithm auto] [--transport auto|tcp|shm] [--ranks 4] [--root 0] [--check-calls 1] [--out FILE]`,
+  );
+  Deno.exit(0);
+}
+const collective = values.collective as BenchCollective;
+if (!COLLECTIVES.includes(collective)) {
+  throw new RangeError(
+    `Unknown collective: expected one of ${COLLECTIVES.join(", ")}, found "${collective}"`,
+  );
+}
+const config: BenchConfig = {
+  collective,
+  minBytes: parseBytes(values.minbytes),
+  maxBytes: parseBytes(values.maxbytes),
+  factor: Number(values.stepfactor),
+  iters: Number(values.iters),
+  warmup: Number(values.warmup_iters),
+  check: values.check !== "0",
+  op: checkOp(values.op),
+  dtype: checkDType(values.datatype),
+  root: Number(values.root),
+  algorithm: values.algorithm,
+  transport: values.transport,
+  checkCalls: values["check-calls"] !== "0",
+};
+if (!(config.factor > 1)) {
+  throw new RangeError(`Invalid -f: expected a factor > 1, found ${values.stepfactor}`);
+}
+const backend = values.backend;
+if (backend !== "cpu") {
+  console.error(`bench:collectives --backend ${backend}: see bench/${backend}.ts for that backend's harness`);
+  Deno.exit(2);
+}
+
+let rows: BenchRow[] = [];
+const result = await launch({
+  nprocPerNode: Number(values.ranks),
+  command: [new URL("./_collectives_rank.ts", import.meta.url).pathname, JSON.stringify(config)],
+  env: values.transport === "auto" ? {} : { DCOMM_TRANSPORT: values.transport },
+  write: (line, stream) => {
+    const text = line.replace(/^\[rank\d+\]: /, "");
+    if (text.startsWith("RESULTS ")) rows = JSON.parse(text.slice(8));
+    else if (line.startsWith("[rank0]: ") || stream === "stderr") console.log(text);
+  },
+});
+if (result.code !== 0) {
+  console.error(`bench:collectives: a rank exited with code ${result.code}`);
+  Deno.exit(result.code);
+}
+const out = values.out ?? new URL(`./results/collectives-${backend}.json`, import.meta.url).pathname;
+let existing: BenchRow[] = [];
+try {
+  existing = JSON.parse(Deno.readTextFileSync(out));
+} catch { /* first run */ }
+// Replace this configuration's rows, keep the others (other collectives, transports, rank counts).
+const key = (r: BenchRow): string =>
+  `${r.collective}|${r.algorithm}|${r.transport}|${r.ranks}|${r.dtype}|${r.bytes}`;
+const mine = new Set(rows.map(key));
+const merged = [...existing.filter((r) => !mine.has(key(r))), ...rows];
+Deno.writeTextFileSync(out, JSON.stringify(merged, null, 2) + "\n");
+const wrong = rows.reduce((s, r) => s + r.wrong, 0);
+console.log(`# ${rows.length} sizes, ${wrong} wrong elements; wrote ${out}`);
+if (wrong > 0) Deno.exit(1);
