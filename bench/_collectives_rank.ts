@@ -31,6 +31,12 @@ function fill(t: Float32Array | Float64Array | Int32Array, rank: number, salt: n
   for (let i = 0; i < t.length; i++) t[i] = ((i + salt) % 13) + rank;
 }
 
+function countWrong(t: ArrayLike<number>, expected: (i: number) => number): number {
+  let wrong = 0;
+  for (let i = 0; i < t.length; i++) if (t[i] !== expected(i)) wrong++;
+  return wrong;
+}
+
 function expectedReduced(i: number, salt: number, size: number, op: ReduceOp): number {
   const v = (i + salt) % 13;
   if (op === "max") return v + size - 1;
@@ -40,7 +46,7 @@ function expectedReduced(i: number, salt: number, size: number, op: ReduceOp): n
 }
 
 interface Call {
-  run(): Promise<unknown>;
+  run(): PromiseLike<unknown>;
   wrong(): number;
 }
 
@@ -59,7 +65,7 @@ function setup(pg: ProcessGroup, bytes: number): Call {
           fill(t, me, 0);
           return pg.allReduce(t, { op, algorithm });
         },
-        wrong: () => t.reduce((w, x, i) => w + (x === expectedReduced(i, 0, size, op) ? 0 : 1), 0),
+        wrong: () => countWrong(t, (i) => expectedReduced(i, 0, size, op)),
       };
     }
     case "broadcast": {
@@ -69,7 +75,7 @@ function setup(pg: ProcessGroup, bytes: number): Call {
           fill(t, me === config.root ? 0 : 5, 0);
           return pg.broadcast(t, { root: config.root, algorithm });
         },
-        wrong: () => t.reduce((w, x, i) => w + (x === i % 13 ? 0 : 1), 0),
+        wrong: () => countWrong(t, (i) => i % 13),
       };
     }
     case "reduce": {
@@ -79,10 +85,7 @@ function setup(pg: ProcessGroup, bytes: number): Call {
           fill(t, me, 0);
           return pg.reduce(t, { op, root: config.root, algorithm });
         },
-        wrong: () =>
-          me !== config.root
-            ? 0
-            : t.reduce((w, x, i) => w + (x === expectedReduced(i, 0, size, op) ? 0 : 1), 0),
+        wrong: () => me !== config.root ? 0 : countWrong(t, (i) => expectedReduced(i, 0, size, op)),
       };
     }
     case "allGather": {
@@ -95,7 +98,7 @@ function setup(pg: ProcessGroup, bytes: number): Call {
         },
         wrong: () => {
           const b = n / size;
-          return output.reduce((w, x, i) => w + (x === ((i % b) % 13) + Math.floor(i / b) ? 0 : 1), 0);
+          return countWrong(output, (i) => ((i % b) % 13) + Math.floor(i / b));
         },
       };
     }
@@ -107,11 +110,7 @@ function setup(pg: ProcessGroup, bytes: number): Call {
           fill(input, me, 0);
           return pg.reduceScatter(output, input, { op, algorithm });
         },
-        wrong: () =>
-          output.reduce(
-            (w, x, i) => w + (x === expectedReduced(i + me * (n / size), 0, size, op) ? 0 : 1),
-            0,
-          ),
+        wrong: () => countWrong(output, (i) => expectedReduced(i + me * (n / size), 0, size, op)),
       };
     }
     case "allToAll": {
@@ -123,11 +122,7 @@ function setup(pg: ProcessGroup, bytes: number): Call {
           for (let i = 0; i < n; i++) input[i] = me * 1000 + Math.floor(i / b) * 10 + (i % 7);
           return pg.allToAll(output, input, { algorithm });
         },
-        wrong: () =>
-          output.reduce(
-            (w, x, i) => w + (x === Math.floor(i / b) * 1000 + me * 10 + ((i % b + me * b) % 7) ? 0 : 1),
-            0,
-          ),
+        wrong: () => countWrong(output, (i) => Math.floor(i / b) * 1000 + me * 10 + ((i % b + me * b) % 7)),
       };
     }
   }
