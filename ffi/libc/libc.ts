@@ -117,6 +117,22 @@ export const LIBC_SYMBOLS = {
     result: "i64",
     nonblocking: true,
   },
+  poll: {
+    // int poll(struct pollfd *fds, nfds_t nfds, int timeout);
+    // Nonblocking: it sleeps on a pool thread and the event loop goes on.
+    parameters: [
+      "buffer", // struct pollfd *fds ({ int fd; short events; short revents; }, 8 bytes each)
+      "u64", // nfds_t nfds
+      "i32", // int timeout (milliseconds)
+    ],
+    result: "i32",
+    nonblocking: true,
+  },
+  getpagesize: {
+    // int getpagesize(void);
+    parameters: [],
+    result: "i32",
+  },
   futex_wake: {
     // long syscall(long number, ...), called as syscall(SYS_futex, uint32_t *uaddr, FUTEX_WAKE, int nr_wake)
     name: "syscall",
@@ -155,6 +171,8 @@ export const EPERM = 1;
 export const EEXIST = 17;
 /** errno: no space left on device. */
 export const ENOSPC = 28;
+/** `poll` event: there is data to read. */
+export const POLLIN = 0x1;
 /** futex operation: sleep while the word holds a value. */
 export const FUTEX_WAIT = 0;
 /** futex operation: wake sleepers. */
@@ -175,12 +193,15 @@ const ERRNO_NAMES: Readonly<Record<number, string>> = {
   3: "ESRCH",
   4: "EINTR",
   5: "EIO",
+  6: "ENXIO",
   9: "EBADF",
   11: "EAGAIN",
   12: "ENOMEM",
   13: "EACCES",
+  14: "EFAULT",
   16: "EBUSY",
   17: "EEXIST",
+  19: "ENODEV",
   22: "EINVAL",
   23: "ENFILE",
   24: "EMFILE",
@@ -188,7 +209,15 @@ const ERRNO_NAMES: Readonly<Record<number, string>> = {
   28: "ENOSPC",
   36: "ENAMETOOLONG",
   38: "ENOSYS",
+  61: "ENODATA",
+  71: "EPROTO",
   75: "EOVERFLOW",
+  93: "EPROTONOSUPPORT",
+  95: "EOPNOTSUPP",
+  104: "ECONNRESET",
+  110: "ETIMEDOUT",
+  111: "ECONNREFUSED",
+  113: "EHOSTUNREACH",
 };
 
 // Candidates in order; glibc >= 2.34 has shm_open in libc.so.6 itself.
@@ -257,6 +286,26 @@ export function errnoText(errno: number): string {
   const name = ERRNO_NAMES[errno] ?? `errno ${errno}`;
   const text = Deno.UnsafePointerView.getCString(nonNull(libc().strerror(errno), "strerror"));
   return `${name} (${text})`;
+}
+
+/**
+ * errno's symbolic name alone.
+ *
+ * @param errno An errno value.
+ * @returns For example `"ENOSYS"`, or `"errno 200"` for a value without a known name.
+ */
+export function errnoName(errno: number): string {
+  return ERRNO_NAMES[errno] ?? `errno ${errno}`;
+}
+
+/**
+ * `strerror`'s text for an errno value.
+ *
+ * @param errno An errno value.
+ * @returns For example `"Function not implemented"`.
+ */
+export function strerror(errno: number): string {
+  return Deno.UnsafePointerView.getCString(nonNull(libc().strerror(errno), "strerror"));
 }
 
 /**
@@ -427,6 +476,31 @@ export function munmap(mapping: SharedMapping): void {
  */
 export function close(fd: number): void {
   if (libc().close(fd) !== 0) throw new LibcError(`close(${fd})`, errno());
+}
+
+/**
+ * Waits on a pool thread until `fd` is readable or `timeoutMs` passed.
+ *
+ * @param fd An open file descriptor.
+ * @param timeoutMs The longest wait (0 only looks).
+ * @returns Whether `fd` is readable (or has an error, hang-up or bad descriptor pending, which the next
+ * read reports). A failed `poll` (EINTR: a signal) counts as not readable: callers look again. (Its errno
+ * cannot be read: it was set on the pool thread.)
+ */
+export async function pollReadable(fd: number, timeoutMs: number): Promise<boolean> {
+  // The nonblocking call keeps this buffer alive until it returns.
+  const pollfd = new Int32Array([fd, POLLIN]);
+  const n = await libc().poll(pollfd, 1n, Math.max(0, Math.floor(timeoutMs)));
+  return n > 0 && new Int16Array(pollfd.buffer)[3] !== 0;
+}
+
+/**
+ * The host's page size.
+ *
+ * @returns Bytes per page (4096 on x86-64).
+ */
+export function pageSize(): number {
+  return libc().getpagesize();
 }
 
 /**

@@ -1,0 +1,58 @@
+/**
+ * One rank of a multi-process RDMA transport test (needs RDMA hardware), run as
+ * `deno run -A rdma_rank.ts <port> <rank> <size> <scenario>`, with the test process as rank 0 and the TCP
+ * store server. It prints one JSON line per event on stdout: `{"event":"ready"}` once connected,
+ * `{"event":"failed",...}` when the transport fails, `{"event":"done"}` at the end.
+ *
+ * Scenarios:
+ * - `send-sizes`: sends MESSAGE_SIZES to rank 0 in order (all at once), then waits for a 0-byte reply.
+ * - `wait`: waits for a message from the highest rank (which never sends), and reports how it failed.
+ * - `hang`: waits forever; the test kills it.
+ *
+ * @module
+ */
+import { TcpStore } from "../../../store/tcp_store.ts";
+import { RdmaTransport } from "../../../transport/rdma.ts";
+import { descriptor, fillPattern, MESSAGE_SIZES } from "./_pattern.ts";
+
+const [port, rank, size, scenario] = Deno.args;
+const say = (event: Record<string, unknown>): void => console.log(JSON.stringify(event));
+
+await using store = await TcpStore.connect({ port: Number(port), timeoutMs: 20_000 });
+await using transport = await RdmaTransport.connect(store, {
+  rank: Number(rank),
+  size: Number(size),
+  timeoutMs: 20_000,
+  heartbeatMs: 500,
+});
+say({ event: "ready" });
+transport.failed.then((error) => {
+  say({
+    event: "failed",
+    name: error.name,
+    message: error.message,
+    peer: (error as { peer?: number }).peer,
+    at: Date.now(),
+  });
+});
+
+if (scenario === "send-sizes") {
+  const peer = transport.pair(0);
+  const sends = MESSAGE_SIZES.map((bytes, i) => {
+    const payload = new Uint8Array(bytes);
+    fillPattern(payload, i);
+    return peer.send(descriptor(i), payload);
+  });
+  await Promise.all(sends);
+  await peer.recv(new Uint8Array(0));
+} else if (scenario === "wait") {
+  try {
+    await transport.pair(transport.size - 1).recv(new Uint8Array(8));
+  } catch {
+    // Reported through `failed`.
+  }
+  await transport.failed;
+} else if (scenario === "hang") {
+  await transport.pair(0).recv(new Uint8Array(8));
+}
+say({ event: "done" });

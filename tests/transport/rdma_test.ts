@@ -1,0 +1,183 @@
+/**
+ * The RDMA transport on real RDMA hardware: the TCP transport's cases (in one process, all ranks on the
+ * first device with an active port), plus two across processes (every size in order; a killed peer). Where
+ * there is no RDMA device they are skipped with the reason (`no RDMA device: ibv_get_device_list failed
+ * with ENOSYS ...` on machines without a kernel RDMA stack); `DCOMM_REQUIRE_ALL=1` does not turn that skip
+ * into a failure, since CI cannot install hardware. `rdma_loopback_test.ts` runs the same cases anywhere,
+ * over a test double of libibverbs.
+ */
+import assert from "node:assert/strict";
+import { TransportError, UnsupportedError } from "../../core/errors.ts";
+import { ibverbsMissing, NoRdmaDeviceError } from "../../ffi/ibverbs/ibverbs.ts";
+import { IBV_PORT_STATE } from "../../ffi/ibverbs/layout.ts";
+import { listDevices, openDevice } from "../../ffi/ibverbs/verbs.ts";
+import { MemoryStore } from "../../store/memory_store.ts";
+import { TcpStoreServer } from "../../store/tcp_store_server.ts";
+import { TcpStore } from "../../store/tcp_store.ts";
+import { RdmaTransport } from "../../transport/rdma.ts";
+import { gatedTest, type GateOptions } from "../_util/skip.ts";
+import { descriptor, firstWrongByte, indexOf, MESSAGE_SIZES } from "./_fixtures/_pattern.ts";
+import { type RdmaSuite, rdmaTransportCases, settledWithin } from "./_rdma_cases.ts";
+
+const FIXTURE = new URL("./_fixtures/rdma_rank.ts", import.meta.url).pathname;
+
+/** Whether this machine has an RDMA device with an active port, and if not, why. */
+function rdmaHardware(): GateOptions {
+  const library = ibverbsMissing();
+  if (library !== undefined) {
+    return { missing: `libibverbs not installed: ${library.split("\n")[0]}`, ciCanSatisfy: true };
+  }
+  try {
+    const devices = listDevices();
+    if (devices.length === 0) {
+      return { missing: "no RDMA device: ibv_get_device_list returned an empty list", ciCanSatisfy: false };
+    }
+    for (const device of devices) {
+      using context = openDevice(device.name);
+      const ports = context.queryDevice().physPortCount;
+      for (let port = 1; port <= ports; port++) {
+        if (context.queryPort(port).state === IBV_PORT_STATE.ACTIVE) return { missing: undefined };
+      }
+    }
+    return {
+      missing: `no active RDMA port on ${devices.map((d) => d.name).join(", ")}`,
+      ciCanSatisfy: false,
+    };
+  } catch (error) {
+    if (error instanceof NoRdmaDeviceError) {
+      return {
+        missing: `no RDMA device: ${error.message.replace(/^No RDMA devices: /, "")}`,
+        ciCanSatisfy: false,
+      };
+    }
+    throw error;
+  }
+}
+
+const suite: RdmaSuite = { label: "", gate: rdmaHardware(), options: () => ({ heartbeatMs: 500 }) };
+
+rdmaTransportCases(suite);
+
+/** A rank run as a separate process, with its JSON events from stdout. */
+class RankProcess implements AsyncDisposable {
+  readonly child: Deno.ChildProcess;
+  readonly #events: Record<string, unknown>[] = [];
+  #wake: () => void = () => {};
+  readonly #pump: Promise<void>;
+
+  constructor(port: number, rank: number, size: number, scenario: string) {
+    this.child = new Deno.Command(Deno.execPath(), {
+      args: ["run", "-A", FIXTURE, String(port), String(rank), String(size), scenario],
+      stdout: "piped",
+      stderr: "inherit",
+    }).spawn();
+    this.#pump = this.#read();
+  }
+
+  async #read(): Promise<void> {
+    let buffered = "";
+    for await (const chunk of this.child.stdout.pipeThrough(new TextDecoderStream())) {
+      buffered += chunk;
+      let newline;
+      while ((newline = buffered.indexOf("\n")) >= 0) {
+        this.#events.push(JSON.parse(buffered.slice(0, newline)));
+        buffered = buffered.slice(newline + 1);
+        this.#wake();
+      }
+    }
+    this.#wake();
+  }
+
+  async next(event: string, timeoutMs = 20_000): Promise<Record<string, unknown>> {
+    const deadline = Date.now() + timeoutMs;
+    while (true) {
+      const found = this.#events.find((e) => e.event === event);
+      if (found) return found;
+      const wait = new Promise<void>((resolve) => this.#wake = resolve);
+      if ((await settledWithin(wait, deadline - Date.now())) === "pending") {
+        throw new Error(`No ${event} event within ${timeoutMs} ms; got ${JSON.stringify(this.#events)}`);
+      }
+    }
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    try {
+      this.child.kill("SIGKILL");
+    } catch {
+      // It has exited already.
+    }
+    await this.child.status;
+    await this.#pump;
+  }
+}
+
+gatedTest("RdmaTransport delivers every size in order between two processes", suite.gate, async () => {
+  await using server = await TcpStoreServer.listen();
+  await using store = await TcpStore.connect({ port: server.port, timeoutMs: 30_000 });
+  await using peer = new RankProcess(server.port, 1, 2, "send-sizes");
+  await using t = await RdmaTransport.connect(store, { rank: 0, size: 2, timeoutMs: 30_000 });
+  for (const [i, bytes] of MESSAGE_SIZES.entries()) {
+    const into = new Uint8Array(bytes);
+    const desc = await t.pair(1).recv(into);
+    assert.equal(indexOf(desc), i);
+    assert.equal(firstWrongByte(into, i), -1, `message ${i} of ${bytes} bytes`);
+  }
+  await t.pair(1).send(descriptor(0), new Uint8Array(0));
+  await peer.next("done");
+  assert.equal((await peer.child.status).code, 0);
+});
+
+gatedTest("RdmaTransport fails every rank fast when a peer process dies, naming it", suite.gate, async () => {
+  await using server = await TcpStoreServer.listen();
+  await using store = await TcpStore.connect({ port: server.port, timeoutMs: 30_000 });
+  await using survivor = new RankProcess(server.port, 1, 3, "wait");
+  await using victim = new RankProcess(server.port, 2, 3, "hang");
+  await using t = await RdmaTransport.connect(store, {
+    rank: 0,
+    size: 3,
+    timeoutMs: 30_000,
+    heartbeatMs: 500,
+  });
+  await Promise.all([survivor.next("ready"), victim.next("ready")]);
+  const pending = t.pair(2).recv(new Uint8Array(8));
+  pending.catch(() => {});
+  const killedAt = Date.now();
+  victim.child.kill("SIGKILL");
+  const error = await t.failed;
+  // The heartbeat (0.5 s) plus the adapter's retries (7 × 67 ms, each up to 4× longer in practice).
+  assert.ok(Date.now() - killedAt < 5_000, `failed after ${Date.now() - killedAt} ms`);
+  assert.ok(error instanceof TransportError);
+  assert.match(error.message, /Rank 2 stopped responding to rank \d mid-collective/);
+  await assert.rejects(pending, (e) => e === error);
+  const other = await survivor.next("failed");
+  assert.equal(other.name, "TransportError");
+  assert.match(String(other.message), /Rank 2 stopped responding to rank \d mid-collective/);
+  await survivor.next("done");
+  assert.equal((await survivor.child.status).code, 0);
+});
+
+const libraryGate: GateOptions = {
+  missing: ibverbsMissing() === undefined
+    ? undefined
+    : `libibverbs not installed: ${ibverbsMissing()?.split("\n")[0]}`,
+};
+
+gatedTest(
+  "RdmaTransport.connect() without an RDMA device fails at once, saying why",
+  libraryGate,
+  async () => {
+    if (suite.gate.missing === undefined) return; // this machine has RDMA hardware: the cases above ran
+    await using store = new MemoryStore();
+    const started = performance.now();
+    const error = await RdmaTransport.connect(store, { rank: 0, size: 2, timeoutMs: 10_000 }).catch((e) => e);
+    assert.ok(performance.now() - started < 1_000, "no wait for peers");
+    assert.ok(error instanceof NoRdmaDeviceError || error instanceof UnsupportedError, String(error));
+    if (error instanceof NoRdmaDeviceError && error.errno === 38) {
+      assert.equal(
+        error.message,
+        "No RDMA devices: ibv_get_device_list failed with ENOSYS (the kernel has no RDMA stack)",
+      );
+    }
+    assert.equal(await store.numKeys(), 0, "nothing published");
+  },
+);
