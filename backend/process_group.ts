@@ -14,6 +14,39 @@ import type { Work } from "./work.ts";
 /** A tensor: any TypedArray of a supported dtype. */
 export type Tensor = TypedArray;
 
+/**
+ * A tensor in GPU memory: the shape `DeviceBuffer` (gpu/device_buffer.ts) has, so this interface needs no
+ * GPU code. Backends that run on GPUs (`nccl`) accept it wherever they accept a {@linkcode Tensor}; the
+ * others throw `UnsupportedError`.
+ */
+export interface DeviceTensor {
+  /** The element type. */
+  readonly dtype: DType;
+  /** The number of elements. */
+  readonly length: number;
+  /** The size in bytes. */
+  readonly byteLength: number;
+  /** The CUDA device the memory is on. */
+  readonly device: number;
+  /** The device address of the first element (`null` only when empty). */
+  readonly pointer: Deno.PointerValue;
+}
+
+/** What collectives accept: a host {@linkcode Tensor} or a {@linkcode DeviceTensor}. */
+export type AnyTensor = Tensor | DeviceTensor;
+
+/**
+ * Whether a value is a {@linkcode DeviceTensor} (not a TypedArray, and has a device and a pointer).
+ *
+ * @param value Anything.
+ * @returns `true` for a device tensor.
+ */
+export function isDeviceTensor(value: unknown): value is DeviceTensor {
+  return typeof value === "object" && value !== null && !ArrayBuffer.isView(value) &&
+    typeof (value as DeviceTensor).device === "number" && typeof (value as DeviceTensor).dtype === "string" &&
+    "pointer" in value;
+}
+
 /** Options every collective takes. */
 export interface CallOptions {
   /** Milliseconds before the call fails with a TimeoutError. @default the group's timeout */
@@ -72,23 +105,23 @@ export interface ProcessGroup extends AsyncDisposable {
   readonly backend: string;
 
   /** Reduces `tensor` across all ranks, in place on every rank. */
-  allReduce(tensor: Tensor, options?: ReduceOptions): Work;
+  allReduce(tensor: AnyTensor, options?: ReduceOptions): Work;
   /** Copies the root's `tensor` into every rank's `tensor`. */
-  broadcast(tensor: Tensor, options?: RootOptions): Work;
+  broadcast(tensor: AnyTensor, options?: RootOptions): Work;
   /** Reduces every rank's `tensor` into the root's; other ranks' tensors are left unchanged. */
-  reduce(tensor: Tensor, options?: RootReduceOptions): Work;
+  reduce(tensor: AnyTensor, options?: RootReduceOptions): Work;
   /** Concatenates every rank's `input` into `output` (size × input.length), in rank order. */
-  allGather(output: Tensor, input: Tensor, options?: AlgorithmOptions): Work;
+  allGather(output: AnyTensor, input: AnyTensor, options?: AlgorithmOptions): Work;
   /** Reduces `input` (size × output.length) across ranks; rank r receives block r in `output`. */
-  reduceScatter(output: Tensor, input: Tensor, options?: ReduceOptions): Work;
+  reduceScatter(output: AnyTensor, input: AnyTensor, options?: ReduceOptions): Work;
   /** Block j of rank i's `input` lands in block i of rank j's `output` (equal blocks). */
-  allToAll(output: Tensor, input: Tensor, options?: AlgorithmOptions): Work;
+  allToAll(output: AnyTensor, input: AnyTensor, options?: AlgorithmOptions): Work;
   /** Resolves once every rank has entered the barrier. */
   barrier(options?: CallOptions): Work;
   /** Sends `tensor` to rank `peer` (within the group). */
-  send(tensor: Tensor, peer: number, options?: CallOptions): Work;
+  send(tensor: AnyTensor, peer: number, options?: CallOptions): Work;
   /** Receives into `tensor` from rank `peer` (within the group). */
-  recv(tensor: Tensor, peer: number, options?: CallOptions): Work;
+  recv(tensor: AnyTensor, peer: number, options?: CallOptions): Work;
   /**
    * Creates a sub-group. Every rank of this group must call it, with the same ranks, in the same order
    * relative to its other `newGroup` calls; ranks outside `ranks` get a group whose `rank` is -1 and whose

@@ -34,6 +34,8 @@ export class Work implements PromiseLike<void> {
   #report: WorkReport | undefined;
 
   /**
+   * Wraps the promise of a collective; backends make these.
+   *
    * @param promise Resolves with the report when the collective (and its copy back) is done.
    */
   constructor(promise: Promise<WorkReport | undefined>) {

@@ -20,6 +20,8 @@ export class DistError extends Error {
   readonly code: string;
 
   /**
+   * Creates the error.
+   *
    * @param message What failed, what was expected and what was found.
    * @param options The cause and code.
    */
@@ -33,6 +35,8 @@ export class DistError extends Error {
 /** A wait ran past its deadline. */
 export class TimeoutError extends DistError {
   /**
+   * Creates the error.
+   *
    * @param message What was waited for and for how long.
    * @param options The cause.
    */
@@ -46,6 +50,8 @@ export class TransportError extends DistError {
   /** The peer rank involved, when known. */
   readonly peer?: number;
   /**
+   * Creates the error.
+   *
    * @param message What happened and with which peer.
    * @param options The cause, code and peer rank.
    */
@@ -58,6 +64,8 @@ export class TransportError extends DistError {
 /** Ranks called different collectives (or the same with different arguments) at the same point. */
 export class MismatchError extends DistError {
   /**
+   * Creates the error.
+   *
    * @param message Both ranks and both calls.
    * @param options The cause.
    */
@@ -69,6 +77,8 @@ export class MismatchError extends DistError {
 /** The rendezvous store refused a request or could not be reached. */
 export class StoreError extends DistError {
   /**
+   * Creates the error.
+   *
    * @param message What the store was asked and what went wrong.
    * @param options The cause.
    */
@@ -82,6 +92,8 @@ export class LibraryNotFoundError extends DistError {
   /** Every path that was tried, in order. */
   readonly tried: readonly string[];
   /**
+   * Creates the error.
+   *
    * @param message What was looked for, every path tried and the fix.
    * @param options The cause and the paths tried.
    */
@@ -94,6 +106,8 @@ export class LibraryNotFoundError extends DistError {
 /** The backend, library version or machine cannot do what was asked; nothing falls back silently. */
 export class UnsupportedError extends DistError {
   /**
+   * Creates the error.
+   *
    * @param message What is unsupported and what would support it.
    * @param options The cause.
    */
@@ -107,6 +121,8 @@ export class CudaError extends DistError {
   /** The `cudaError_t` value. */
   readonly status: number;
   /**
+   * Creates the error.
+   *
    * @param message The call, the code's name and its string.
    * @param options The status code and cause.
    */
@@ -121,6 +137,8 @@ export class NcclError extends DistError {
   /** The `ncclResult_t` value. */
   readonly status: number;
   /**
+   * Creates the error.
+   *
    * @param message The call, `ncclGetErrorString` and `ncclGetLastError`.
    * @param options The status code and cause.
    */

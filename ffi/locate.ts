@@ -92,7 +92,14 @@ export function candidateFolders(spec: LibrarySpec): string[] {
     for (const site of pythonSitePackages()) dirs.push(`${site}/nvidia/${pkg}/lib`);
   }
   if (spec.cudaFolders) {
-    for (const root of [env("CUDA_HOME"), env("CUDA_PATH"), "/usr/local/cuda", ...children("/usr/local", /^cuda-/)]) {
+    for (
+      const root of [
+        env("CUDA_HOME"),
+        env("CUDA_PATH"),
+        "/usr/local/cuda",
+        ...children("/usr/local", /^cuda-/),
+      ]
+    ) {
       if (!root) continue;
       dirs.push(`${root}/lib64`, `${root}/lib`, `${root}/targets/x86_64-linux/lib`);
     }
@@ -149,12 +156,16 @@ export function openLibrary<S extends Deno.ForeignLibraryInterface>(
     } catch (e) {
       lastError = e;
       const why = e instanceof Error ? e.message.replace(/^Could not open library: /, "") : String(e);
-      tried.push(`${path}${path.includes("/") ? "" : " (loader search: LD_LIBRARY_PATH, ldconfig cache)"}: ${why}`);
+      tried.push(
+        `${path}${path.includes("/") ? "" : " (loader search: LD_LIBRARY_PATH, ldconfig cache)"}: ${why}`,
+      );
       if (e instanceof Deno.errors.NotCapable || e instanceof Deno.errors.PermissionDenied) break;
     }
   }
   throw new LibraryNotFoundError(
-    `Cannot find ${spec.name}. Tried:\n  ${tried.join("\n  ")}\nFix: set ${spec.envVar} to the library's path, ` +
+    `Cannot find ${spec.name}. Tried:\n  ${
+      tried.join("\n  ")
+    }\nFix: set ${spec.envVar} to the library's path, ` +
       `or ${spec.fix}`,
     { tried, cause: lastError },
   );

@@ -17,7 +17,7 @@ console.log(
 console.error(`to stderr from ${rank}`);
 const mode = Deno.args[0];
 if (mode === "fail" && rank === 1) {
-  for (let i = 0; i < 30; i++) console.log(`line ${i}`);
+  for (let i = 0; i < 10; i++) console.log(`line ${i}`);
   console.error("something broke");
   Deno.exit(3);
 }

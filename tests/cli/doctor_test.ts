@@ -1,0 +1,107 @@
+import assert from "node:assert/strict";
+import { doctor, formatDoctor, resolveLibraryFile } from "../../cli/doctor.ts";
+import { gatedTest } from "../_util/skip.ts";
+import { CUDART_MISSING, GPU_MISSING, GPU_PRESENT, NCCL_MISSING } from "../_util/gpu.ts";
+
+const DOCTOR = new URL("../../cli/doctor.ts", import.meta.url).pathname;
+
+async function runDoctor(
+  args: string[],
+  env: Record<string, string> = {},
+): Promise<{ code: number; stdout: string }> {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", DOCTOR, ...args],
+    env,
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  return { code: out.code, stdout: new TextDecoder().decode(out.stdout) };
+}
+
+Deno.test("doctor() reports Deno and every backend, and never throws", async () => {
+  const report = await doctor();
+  assert.equal(report.deno.version, Deno.version.deno);
+  assert.deepEqual(Object.keys(report.backends).sort(), ["cpu", "mpi", "nccl"]);
+  assert.equal(report.backends.cpu.ok, true, report.backends.cpu.reason);
+  assert.deepEqual(report.libraries.map((l) => l.name), ["NCCL", "CUDA runtime", "libibverbs", "MPI"]);
+  for (const lib of report.libraries) assert.ok(lib.found ? lib.path : lib.problem, lib.name);
+  const text = formatDoctor(report);
+  for (
+    const section of [
+      "Deno",
+      "Libraries",
+      "GPUs",
+      "NCCL features",
+      "NCCL tuning",
+      "RDMA and GPUDirect RDMA",
+      "Environment",
+      "Backends",
+    ]
+  ) {
+    assert.ok(text.includes(`\n${section}`), `section ${section}`);
+  }
+});
+
+gatedTest("doctor() says why the nccl backend cannot run on a machine without a GPU", {
+  missing: NCCL_MISSING ?? GPU_PRESENT,
+  ciCanSatisfy: NCCL_MISSING !== undefined,
+}, async () => {
+  const report = await doctor();
+  const ncclLib = report.libraries.find((l) => l.name === "NCCL");
+  assert.equal(ncclLib?.found, true);
+  assert.match(ncclLib?.version ?? "", /^2\.\d+\.\d+$/);
+  assert.equal(report.cuda.available, false);
+  assert.match(report.cuda.reason ?? "", /cudaErrorInsufficientDriver \(35\)/);
+  assert.equal(report.gpus.length, 0);
+  assert.equal(report.backends.nccl.ok, false);
+  assert.match(
+    report.backends.nccl.reason ?? "",
+    /no usable GPU: cudaGetDeviceCount failed: cudaErrorInsufficientDriver \(35\)/,
+  );
+  assert.ok(report.ncclFeatures.length >= 10);
+  assert.ok(report.ncclFeatures.some((f) => f.feature === "bfloat16" && f.since === "2.10" && f.supported));
+  // The peer-memory files NCCL checks are reported, found or not.
+  assert.match(formatDoctor(report), /\/sys\/module\/nvidia_peermem\/version/);
+});
+
+gatedTest(
+  "doctor() lists the GPUs when there are some",
+  { missing: GPU_MISSING, ciCanSatisfy: false },
+  async () => {
+    const report = await doctor();
+    assert.equal(report.cuda.available, true);
+    assert.ok(report.gpus.length > 0);
+    for (const g of report.gpus) {
+      assert.match(g.computeCapability ?? "", /^\d+\.\d+$/);
+      assert.match(g.pciBusId ?? "", /^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9]$/i);
+      assert.ok((g.totalMemory ?? 0) > 0);
+    }
+  },
+);
+
+gatedTest("the doctor CLI exits 0 for cpu, 1 for nccl without a GPU, and hides secrets", {
+  missing: NCCL_MISSING ?? GPU_PRESENT,
+  ciCanSatisfy: NCCL_MISSING !== undefined,
+}, async () => {
+  const env = { DCOMM_STORE_SECRET: "hunter2", NCCL_PROTO: "Simple" };
+  const cpu = await runDoctor([], env);
+  assert.equal(cpu.code, 0, cpu.stdout);
+  assert.match(cpu.stdout, /DCOMM_STORE_SECRET\s+\(set, hidden\)/);
+  assert.ok(!cpu.stdout.includes("hunter2"));
+  assert.match(cpu.stdout, /NCCL_PROTO\s+Simple/);
+  const nccl = await runDoctor(["--backend", "nccl", "--json"], env);
+  assert.equal(nccl.code, 1);
+  const json = JSON.parse(nccl.stdout);
+  assert.equal(json.backends.nccl.ok, false);
+  assert.equal(json.env.DCOMM_STORE_SECRET, "(set, hidden)");
+  const bad = await runDoctor(["--backend", "gloo"]);
+  assert.equal(bad.code, 2);
+});
+
+gatedTest("resolveLibraryFile() follows a bare soname through the ldconfig cache", {
+  missing: CUDART_MISSING,
+  ciCanSatisfy: false,
+}, () => {
+  const file = resolveLibraryFile("libcudart.so.13");
+  if (file !== "libcudart.so.13") assert.match(file, /^\/.*libcudart\.so\.13/);
+});
