@@ -13,6 +13,8 @@ import { STORE_SECRET_ENV } from "../store/secret.ts";
 import { parseInitMethod, rankInfo } from "./env.ts";
 import type { ProcessGroup } from "./process_group.ts";
 import { CpuProcessGroup, EngineHandle } from "./cpu/cpu_group.ts";
+import { initMpi } from "./mpi.ts";
+import { initNccl, type NcclOptions } from "./nccl/create.ts";
 
 /** Options of {@linkcode init}. */
 export interface InitOptions {
@@ -42,6 +44,8 @@ export interface InitOptions {
   checkCalls?: boolean;
   /** The environment to read. @default Deno.env.toObject() */
   env?: Readonly<Record<string, string | undefined>>;
+  /** Options of the nccl backend: the CUDA device and NCCL's tuning. @default {} */
+  nccl?: NcclOptions;
 }
 
 const LOOPBACK = /^(127\.|localhost$|::1$)/;
@@ -83,6 +87,30 @@ function defaultHostname(master: string): string {
  */
 export async function init(options: InitOptions = {}): Promise<ProcessGroup> {
   const backend = options.backend ?? "cpu";
+  if (backend === "mpi") {
+    // MPI's launcher did the rendezvous: no store; rank and size come from MPI itself.
+    const foreign = (["initMethod", "transport", "inprocMesh"] as const).filter((k) =>
+      options[k] !== undefined && options[k] !== "env://" && options[k] !== "auto"
+    );
+    if (foreign.length > 0) {
+      throw new UnsupportedError(
+        `The mpi backend meets its peers through its launcher (mpiexec, srun) and moves bytes through MPI: ` +
+          `expected no ${foreign.join(", ")}, found ${
+            foreign.map((k) => `${k}=${String(options[k])}`).join(", ")
+          }`,
+      );
+    }
+    return await initMpi({
+      timeoutMs: options.timeoutMs,
+      rank: options.rank,
+      worldSize: options.worldSize,
+      env: options.env,
+    });
+  }
+  if (backend === "nccl") {
+    // One rank per GPU; the unique id travels through the same store rendezvous as the CPU backend's.
+    return await initNccl(options);
+  }
   if (backend !== "cpu") {
     throw new UnsupportedError(`The ${backend} backend is not available in this version of dcomm; use "cpu"`);
   }
@@ -144,11 +172,12 @@ export async function init(options: InitOptions = {}): Promise<ProcessGroup> {
     ranks: world,
     globalRank: info.rank,
     timeoutMs,
-    async onClose(): Promise<void> {
-      // Rank 0's store must outlive every rank's use of it: each rank checks out, rank 0 waits for all.
+    async onClose(failed: boolean): Promise<void> {
+      // Rank 0's store must outlive every rank's use of it: each rank checks out, rank 0 waits for all
+      // (unless the world failed: then a dead rank never checks out and nobody needs the store any more).
       try {
         await store.set(`dcomm/closed/${info.rank}`, "1");
-        if (server) {
+        if (server && !failed) {
           await store.wait(world.map((r) => `dcomm/closed/${r}`), { timeoutMs: Math.min(timeoutMs, 30_000) });
         }
       } catch {

@@ -1,0 +1,375 @@
+/**
+ * `deno run -A bench/mpi.ts`: the mpi backend's all-reduce against MPICH's own `MPI_Allreduce` called from C,
+ * in one invocation, with nccl-tests' flags and table. It builds `bench/native/mpi_allreduce.c` with mpicc,
+ * then for each of `--trials` rounds runs the C program and this file's rank mode under
+ * `mpiexec -n <--np>`, both on the same sizes, and keeps each side's best round per size. Rows go to
+ * `bench/results/collectives-mpi.json`: one `runner: "dcomm"` and one `runner: "c"` row per size, the dcomm
+ * row with the C row's busbw and the ratio.
+ *
+ * Both sides measure alike (nccl-tests' definitions): float32 sum, in place; `time` is the slowest rank's
+ * wall time of `-n` back-to-back calls, divided by `-n`, after `-w` untimed calls (plus 200 more before
+ * the first size, which warm dcomm's JIT up); each size is timed `-r` times and the fastest counts (on a
+ * shared machine the fastest round is the least disturbed); `algbw = bytes / time`;
+ * `busbw = algbw · 2(n−1)/n`; `#wrong` counts elements that differ from the exact sum after one checked call
+ * on fresh data (small integers, exact in any order). The dcomm side awaits each call (one `MPI_Iallreduce`
+ * completed by the poller); the C side blocks in `MPI_Allreduce`.
+ *
+ * ```sh
+ * deno run -A bench/mpi.ts      # --np 2 -b 8 -e 32M -f 4 -n 20 -w 5 -r 5 -c 1 --trials 3
+ * deno run -A bench/mpi.ts --np 4 -b 1K -e 64M -f 2
+ * ```
+ *
+ * {@linkcode measureAllReduce} times any process group the same way, for a harness that runs its own ranks.
+ *
+ * Exits non-zero if any element is wrong on either side.
+ *
+ * @module
+ */
+import { parseArgs } from "node:util";
+import type { ProcessGroup } from "../backend/process_group.ts";
+
+/** One size's measurement, as both sides print it. */
+export interface AllReduceSample {
+  /** Bytes of the tensor. */
+  bytes: number;
+  /** float32 elements. */
+  count: number;
+  /** Microseconds per call (the slowest rank's average). */
+  timeUs: number;
+  /** bytes / time, in GB/s. */
+  algbwGBs: number;
+  /** algbw · 2(n−1)/n, in GB/s. */
+  busbwGBs: number;
+  /** Wrong elements after the checked call, summed over ranks. */
+  wrong: number;
+}
+
+/** One row of `bench/results/collectives-mpi.json`. */
+export interface CollectiveRow extends AllReduceSample {
+  /** The collective: `"allReduce"`. */
+  collective: string;
+  /** `"mpi"` (MPI chose; MPICH's default selection). */
+  algorithm: string;
+  /** `"mpi"`. */
+  transport: string;
+  /**
+   * Who ran it: `"dcomm"` (the mpi backend), `"ffi"` (blocking `MPI_Allreduce` through the FFI binding, in
+   * the same processes) or `"c"` (`MPI_Allreduce` from C).
+   */
+  runner: "dcomm" | "ffi" | "c";
+  /** World size. */
+  ranks: number;
+  /** `"float32"`. */
+  dtype: string;
+  /** For dcomm rows: the C row's busbw at the same size. */
+  baselineBusbwGBs?: number;
+  /** For dcomm rows: busbw / the C row's busbw. */
+  vsBaseline?: number;
+}
+
+/** Options of {@linkcode measureAllReduce}. */
+export interface MeasureOptions {
+  /** Timed calls per size. @default 20 */
+  iters?: number;
+  /** Untimed calls first. @default 5 */
+  warmup?: number;
+  /** Check one call on fresh data. @default true */
+  check?: boolean;
+  /** Timed rounds of `iters` calls per size; the fastest round counts. @default 1 */
+  repeats?: number;
+  /** Extra warm-up calls before the first size (they warm the JIT up). @default 200 */
+  firstWarmup?: number;
+  /** Other all-reduce implementations to time alongside, each in place on the array it is given. @default [] */
+  others?: readonly ((x: Float32Array) => unknown)[];
+}
+
+/** The checked data: small integers, so the float32 sum is exact in any order (as the C program). */
+function fill(x: Float32Array, rank: number): void {
+  for (let i = 0; i < x.length; i++) x[i] = (rank + 1) * ((i % 7) + 1);
+}
+
+/** One timed round: the slowest rank's average seconds per call over `iters` calls of `call`. */
+async function round(pg: ProcessGroup, iters: number, call: () => unknown): Promise<number> {
+  await pg.barrier();
+  const t0 = performance.now();
+  for (let it = 0; it < iters; it++) await call();
+  const slowest = new Float64Array([(performance.now() - t0) / iters / 1000]);
+  await pg.allReduce(slowest, { op: "max" });
+  return slowest[0];
+}
+
+/** Checks one all-reduce of fresh data; returns the wrong elements summed over ranks. */
+async function wrongElements(pg: ProcessGroup, x: Float32Array, call: () => unknown): Promise<number> {
+  fill(x, pg.rank);
+  await call();
+  const ranks = (pg.size * (pg.size + 1)) / 2;
+  const wrong = new Float64Array(1);
+  for (let i = 0; i < x.length; i++) if (x[i] !== ranks * ((i % 7) + 1)) wrong[0]++;
+  await pg.allReduce(wrong);
+  return wrong[0];
+}
+
+function sample(bytes: number, seconds: number, ranks: number, wrong: number): AllReduceSample {
+  const algbw = bytes / seconds / 1e9;
+  return {
+    bytes,
+    count: bytes / 4,
+    timeUs: seconds * 1e6,
+    algbwGBs: algbw,
+    busbwGBs: (algbw * 2 * (ranks - 1)) / ranks,
+    wrong,
+  };
+}
+
+/**
+ * Times all-reduce (float32 sum, in place) at each size, as nccl-tests times a collective: `pg.allReduce`,
+ * and, round by round in turn with it, any other implementations given in `others` (e.g. MPI's blocking
+ * call through FFI), so that all see the same machine.
+ *
+ * @param pg The group; every rank calls this with the same arguments.
+ * @param sizes Tensor sizes in bytes (multiples of 4).
+ * @param options Iterations, warm-up, checking, and the other implementations by name.
+ * @returns For each size, `pg.allReduce`'s sample, then one per other implementation (the same on every
+ *   rank).
+ */
+export async function measureAllReduce(
+  pg: ProcessGroup,
+  sizes: readonly number[],
+  options: MeasureOptions = {},
+): Promise<AllReduceSample[][]> {
+  const { iters = 20, warmup = 5, check = true, repeats = 1, firstWarmup = 200, others = [] } = options;
+  const out: AllReduceSample[][] = [];
+  for (const bytes of sizes) {
+    const count = Math.floor(bytes / 4);
+    const x = new Float32Array(count);
+    fill(x, pg.rank);
+    const calls = [(): Promise<unknown> => pg.allReduce(x).wait(), ...others.map((f) => () => f(x))];
+    const warm = warmup + (bytes === sizes[0] ? firstWarmup : 0);
+    for (const call of calls) for (let w = 0; w < warm; w++) await call();
+    const best = calls.map(() => Infinity);
+    for (let rep = 0; rep < Math.max(1, repeats); rep++) {
+      for (let k = 0; k < calls.length; k++) best[k] = Math.min(best[k], await round(pg, iters, calls[k]));
+    }
+    const samples: AllReduceSample[] = [];
+    for (let k = 0; k < calls.length; k++) {
+      const wrong = check ? await wrongElements(pg, x, calls[k]) : 0;
+      samples.push(sample(count * 4, best[k], pg.size, wrong));
+    }
+    out.push(samples);
+  }
+  return out;
+}
+
+/** Sizes from `min` to `max` bytes, multiplying by `factor`, rounded down to whole float32s. */
+function sizesOf(min: number, max: number, factor: number): number[] {
+  const out: number[] = [];
+  for (let b = min; b <= max; b *= Math.max(2, factor)) out.push(Math.floor(b / 4) * 4);
+  return out;
+}
+
+function parseSize(text: string): number {
+  const m = /^(\d+(?:\.\d+)?)([kKmMgG]?)$/.exec(text);
+  if (!m) throw new RangeError(`Invalid size: expected a number with an optional K, M or G, found "${text}"`);
+  const unit = { "": 1, k: 1024, m: 1024 ** 2, g: 1024 ** 3 }[m[2].toLowerCase() as "" | "k" | "m" | "g"];
+  return Math.floor(Number(m[1]) * unit);
+}
+
+/** The command line's options. */
+interface Flags {
+  np: number;
+  trials: number;
+  flags: string[];
+  sizes: number[];
+  iters: number;
+  warmup: number;
+  check: boolean;
+  repeats: number;
+  rank: boolean;
+  out: string;
+}
+
+function parseFlags(args: string[]): Flags {
+  const { values } = parseArgs({
+    args,
+    options: {
+      np: { type: "string", default: "2" },
+      b: { type: "string", short: "b", default: "8" },
+      e: { type: "string", short: "e", default: "32M" },
+      f: { type: "string", short: "f", default: "4" },
+      n: { type: "string", short: "n", default: "20" },
+      w: { type: "string", short: "w", default: "5" },
+      c: { type: "string", short: "c", default: "1" },
+      r: { type: "string", short: "r", default: "5" },
+      trials: { type: "string", default: "3" },
+      rank: { type: "boolean", default: false },
+      out: { type: "string", default: new URL("./results/collectives-mpi.json", import.meta.url).pathname },
+    },
+  });
+  return {
+    np: Number(values.np),
+    trials: Number(values.trials),
+    flags: [
+      ...["-b", values.b, "-e", values.e, "-f", values.f, "-n", values.n],
+      ...["-w", values.w, "-c", values.c, "-r", values.r],
+    ],
+    sizes: sizesOf(parseSize(values.b), parseSize(values.e), Number(values.f)),
+    iters: Number(values.n),
+    warmup: Number(values.w),
+    check: values.c !== "0",
+    repeats: Number(values.r),
+    rank: values.rank,
+    out: values.out,
+  };
+}
+
+/**
+ * One rank of the dcomm side, under mpiexec: `pg.allReduce` and, in turn with it, MPI's blocking
+ * `MPI_Allreduce` called through the FFI binding from the same process. Rank 0 prints a JSON line per size
+ * and implementation.
+ */
+async function rankMain(flags: Flags): Promise<void> {
+  const { init } = await import("../backend/init.ts");
+  const { mpi } = await import("../ffi/mpi/mpi.ts");
+  const { MpiComm, MpiDatatype, MpiOp, MPI_IN_PLACE_ADDRESS, pointerTo } = await import(
+    "../ffi/mpi/constants.ts"
+  );
+  const pg = await init({ backend: "mpi" });
+  const { MPI_Allreduce } = mpi().symbols;
+  const inPlace = pointerTo(MPI_IN_PLACE_ADDRESS);
+  const blocking = (x: Float32Array): void => {
+    // In the world communicator, whose errors return as codes (set by the backend).
+    const rc = MPI_Allreduce(
+      inPlace,
+      Deno.UnsafePointer.of(x),
+      x.length,
+      MpiDatatype.FLOAT,
+      MpiOp.SUM,
+      MpiComm.WORLD,
+    );
+    if (rc !== 0) throw new Error(`MPI_Allreduce failed with code ${rc}`);
+  };
+  const results = await measureAllReduce(pg, flags.sizes, { ...flags, others: [blocking] });
+  if (pg.rank === 0) {
+    for (const [dcomm, ffi] of results) {
+      console.log(JSON.stringify({ runner: "dcomm", ...dcomm }));
+      console.log(JSON.stringify({ runner: "ffi", ...ffi }));
+    }
+  }
+  await pg.close();
+}
+
+async function run(cmd: string, args: string[]): Promise<string> {
+  const out = await new Deno.Command(cmd, { args, stdout: "piped", stderr: "piped" }).output();
+  const text = new TextDecoder().decode(out.stdout);
+  if (!out.success) {
+    throw new Error(
+      `${cmd} ${args.join(" ")} failed (${out.code}):\n${new TextDecoder().decode(out.stderr)}`,
+    );
+  }
+  return text;
+}
+
+type Runner = CollectiveRow["runner"];
+
+/** The JSON lines of a run, by runner (the C program's lines carry none). */
+function samplesOf(text: string): { runner: Runner; sample: AllReduceSample }[] {
+  return text.split("\n").filter((l) => l.startsWith("{")).map((l) => {
+    const { runner = "c", ...sample } = JSON.parse(l) as AllReduceSample & { runner?: Runner };
+    return { runner, sample };
+  });
+}
+
+/** Keeps each runner's fastest sample per size (and any wrong elements seen). */
+function keepBest(
+  into: Map<string, AllReduceSample>,
+  lines: readonly { runner: Runner; sample: AllReduceSample }[],
+): void {
+  for (const { runner, sample } of lines) {
+    const key = `${runner}:${sample.bytes}`;
+    const known = into.get(key);
+    if (!known || sample.timeUs < known.timeUs) {
+      into.set(key, { ...sample, wrong: Math.max(sample.wrong, known?.wrong ?? 0) });
+    }
+  }
+}
+
+async function main(options: Flags): Promise<void> {
+  const { np, flags, sizes, trials } = options;
+  const here = new URL(".", import.meta.url).pathname;
+  const build = `${here}native/build`;
+  Deno.mkdirSync(build, { recursive: true });
+  const exe = `${build}/mpi_allreduce`;
+  await run("mpicc", ["-O2", `${here}native/mpi_allreduce.c`, "-o", exe]);
+  const best = new Map<string, AllReduceSample>();
+  const self = new URL(import.meta.url).pathname;
+  for (let t = 0; t < trials; t++) {
+    keepBest(best, samplesOf(await run("mpiexec", ["-n", String(np), exe, ...flags])));
+    keepBest(
+      best,
+      samplesOf(
+        await run("mpiexec", ["-n", String(np), Deno.execPath(), "run", "-A", self, "--rank", ...flags]),
+      ),
+    );
+  }
+  const rows: CollectiveRow[] = [];
+  const cells = (r: AllReduceSample): string =>
+    `${r.timeUs.toFixed(1).padStart(9)} ${r.busbwGBs.toFixed(3).padStart(7)} ${String(r.wrong).padStart(6)}`;
+  const version = (await run("mpichversion", []).catch(() => "")).split("\n")[0] ?? "";
+  console.log(
+    `# all-reduce, float32 sum in place, ${np} ranks, best of ${trials} runs × ${options.repeats} rounds`,
+  );
+  console.log(`# ${version.replace(/\s+/g, " ").trim()}`);
+  console.log("#   dcomm: the mpi backend (MPI_Iallreduce + the poller), awaited call by call");
+  console.log(
+    "#   ffi:   MPI_Allreduce (blocking) through the FFI binding, same processes, in turn with dcomm",
+  );
+  console.log("#   C:     MPI_Allreduce from bench/native/mpi_allreduce.c");
+  console.log(
+    "#                                               dcomm                     ffi                       C" +
+      "            busbw ratio",
+  );
+  console.log(
+    "#     size      count  type redop root      time   busbw #wrong      time   busbw #wrong      time" +
+      "   busbw #wrong   vs C vs ffi",
+  );
+  console.log(
+    "#      (B) (elements)                       (us)  (GB/s)           (us)  (GB/s)           (us)" +
+      "  (GB/s)",
+  );
+  let wrong = 0;
+  for (const bytes of sizes) {
+    const d = best.get(`dcomm:${bytes}`), f = best.get(`ffi:${bytes}`), c = best.get(`c:${bytes}`);
+    if (!d || !f || !c) continue;
+    const vsC = c.busbwGBs > 0 ? d.busbwGBs / c.busbwGBs : 0;
+    const vsFfi = f.busbwGBs > 0 ? d.busbwGBs / f.busbwGBs : 0;
+    console.log(
+      `${String(bytes).padStart(10)} ${String(d.count).padStart(10)} float   sum   -1 ${cells(d)} ${
+        cells(f)
+      } ` +
+        `${cells(c)} ${vsC.toFixed(2).padStart(6)} ${vsFfi.toFixed(2).padStart(6)}`,
+    );
+    const common = {
+      collective: "allReduce",
+      algorithm: "mpi",
+      transport: "mpi",
+      ranks: np,
+      dtype: "float32",
+    };
+    rows.push({ ...common, runner: "dcomm", ...d, baselineBusbwGBs: c.busbwGBs, vsBaseline: vsC });
+    rows.push({ ...common, runner: "ffi", ...f });
+    rows.push({ ...common, runner: "c", ...c });
+    wrong += d.wrong + f.wrong + c.wrong;
+  }
+  Deno.writeTextFileSync(options.out, JSON.stringify(rows, null, 2) + "\n");
+  console.log(`# wrote ${rows.length} rows to ${options.out}`);
+  if (wrong > 0) {
+    console.error(`${wrong} wrong elements`);
+    Deno.exit(1);
+  }
+}
+
+if (import.meta.main) {
+  const flags = parseFlags(Deno.args);
+  if (flags.rank) await rankMain(flags);
+  else await main(flags);
+}
