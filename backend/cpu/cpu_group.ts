@@ -6,16 +6,17 @@
  * @module
  */
 import { checkOp, type DType, dtypeOf, type ReduceOp, type TypedArray } from "../../core/dtype.ts";
-import { DistError, TimeoutError, TransportError } from "../../core/errors.ts";
-import type {
-  AlgorithmOptions,
-  CallOptions,
-  GroupOptions,
-  ProcessGroup,
-  ReduceOptions,
-  RootOptions,
-  RootReduceOptions,
-  Tensor,
+import { DistError, TimeoutError, TransportError, UnsupportedError } from "../../core/errors.ts";
+import {
+  type AlgorithmOptions,
+  type AnyTensor,
+  type CallOptions,
+  type GroupOptions,
+  isDeviceTensor,
+  type ProcessGroup,
+  type ReduceOptions,
+  type RootOptions,
+  type RootReduceOptions,
 } from "../process_group.ts";
 import { Work, type WorkReport } from "../work.ts";
 import type {
@@ -225,7 +226,7 @@ export class CpuProcessGroup implements ProcessGroup {
     return this.#engine.transport;
   }
 
-  allReduce(tensor: Tensor, options: ReduceOptions = {}): Work {
+  allReduce(tensor: AnyTensor, options: ReduceOptions = {}): Work {
     const dtype = this.#dtype("all-reduce", tensor, options);
     const op = checkOp(options.op ?? "sum");
     const servers = options.servers;
@@ -235,7 +236,7 @@ export class CpuProcessGroup implements ProcessGroup {
       );
     }
     return this.#call("allReduce", {
-      inout: tensor,
+      inout: tensor as TypedArray,
       dtype,
       op,
       servers,
@@ -244,20 +245,33 @@ export class CpuProcessGroup implements ProcessGroup {
     });
   }
 
-  broadcast(tensor: Tensor, options: RootOptions = {}): Work {
+  broadcast(tensor: AnyTensor, options: RootOptions = {}): Work {
     const dtype = this.#dtype("broadcast", tensor, options);
     const root = this.#rank("broadcast", "root", options.root ?? 0);
-    return this.#call("broadcast", { inout: tensor, dtype, root, algorithm: options.algorithm, options });
+    return this.#call("broadcast", {
+      inout: tensor as TypedArray,
+      dtype,
+      root,
+      algorithm: options.algorithm,
+      options,
+    });
   }
 
-  reduce(tensor: Tensor, options: RootReduceOptions = {}): Work {
+  reduce(tensor: AnyTensor, options: RootReduceOptions = {}): Work {
     const dtype = this.#dtype("reduce", tensor, options);
     const op = checkOp(options.op ?? "sum");
     const root = this.#rank("reduce", "root", options.root ?? 0);
-    return this.#call("reduce", { inout: tensor, dtype, op, root, algorithm: options.algorithm, options });
+    return this.#call("reduce", {
+      inout: tensor as TypedArray,
+      dtype,
+      op,
+      root,
+      algorithm: options.algorithm,
+      options,
+    });
   }
 
-  allGather(output: Tensor, input: Tensor, options: AlgorithmOptions = {}): Work {
+  allGather(output: AnyTensor, input: AnyTensor, options: AlgorithmOptions = {}): Work {
     const dtype = this.#pairDtypes("all-gather", output, input, options);
     if (output.length !== input.length * this.size) {
       throw new RangeError(
@@ -266,10 +280,16 @@ export class CpuProcessGroup implements ProcessGroup {
         } elements, found ${output.length}`,
       );
     }
-    return this.#call("allGather", { input, output, dtype, algorithm: options.algorithm, options });
+    return this.#call("allGather", {
+      input: input as TypedArray,
+      output: output as TypedArray,
+      dtype,
+      algorithm: options.algorithm,
+      options,
+    });
   }
 
-  reduceScatter(output: Tensor, input: Tensor, options: ReduceOptions = {}): Work {
+  reduceScatter(output: AnyTensor, input: AnyTensor, options: ReduceOptions = {}): Work {
     const dtype = this.#pairDtypes("reduce-scatter", output, input, options);
     const op = checkOp(options.op ?? "sum");
     if (input.length !== output.length * this.size) {
@@ -279,10 +299,17 @@ export class CpuProcessGroup implements ProcessGroup {
         } elements, found ${input.length}`,
       );
     }
-    return this.#call("reduceScatter", { input, output, dtype, op, algorithm: options.algorithm, options });
+    return this.#call("reduceScatter", {
+      input: input as TypedArray,
+      output: output as TypedArray,
+      dtype,
+      op,
+      algorithm: options.algorithm,
+      options,
+    });
   }
 
-  allToAll(output: Tensor, input: Tensor, options: AlgorithmOptions = {}): Work {
+  allToAll(output: AnyTensor, input: AnyTensor, options: AlgorithmOptions = {}): Work {
     const dtype = this.#pairDtypes("all-to-all", output, input, options);
     if (input.length !== output.length || input.length % this.size !== 0) {
       throw new RangeError(
@@ -290,7 +317,13 @@ export class CpuProcessGroup implements ProcessGroup {
           `found input ${input.length} and output ${output.length}`,
       );
     }
-    return this.#call("allToAll", { input, output, dtype, algorithm: options.algorithm, options });
+    return this.#call("allToAll", {
+      input: input as TypedArray,
+      output: output as TypedArray,
+      dtype,
+      algorithm: options.algorithm,
+      options,
+    });
   }
 
   barrier(options: CallOptions = {}): Work {
@@ -298,16 +331,16 @@ export class CpuProcessGroup implements ProcessGroup {
     return this.#call("barrier", { dtype: "uint8", options });
   }
 
-  send(tensor: Tensor, peer: number, options: CallOptions = {}): Work {
+  send(tensor: AnyTensor, peer: number, options: CallOptions = {}): Work {
     const dtype = this.#dtype("send", tensor, options);
     const root = this.#peer("send", peer);
-    return this.#call("send", { input: tensor, dtype, root, options });
+    return this.#call("send", { input: tensor as TypedArray, dtype, root, options });
   }
 
-  recv(tensor: Tensor, peer: number, options: CallOptions = {}): Work {
+  recv(tensor: AnyTensor, peer: number, options: CallOptions = {}): Work {
     const dtype = this.#dtype("recv", tensor, options);
     const root = this.#peer("recv", peer);
-    return this.#call("recv", { output: tensor, dtype, root, options });
+    return this.#call("recv", { output: tensor as TypedArray, dtype, root, options });
   }
 
   async newGroup(ranks: readonly number[], options: GroupOptions = {}): Promise<ProcessGroup> {
@@ -358,8 +391,14 @@ export class CpuProcessGroup implements ProcessGroup {
     }
   }
 
-  #dtype(what: string, tensor: TypedArray, options: CallOptions): DType {
+  #dtype(what: string, tensor: AnyTensor, options: CallOptions): DType {
     this.#member(what);
+    if (isDeviceTensor(tensor)) {
+      throw new UnsupportedError(
+        `Cannot ${what}: the cpu backend takes host TypedArrays, found a ${tensor.dtype} tensor on GPU ` +
+          `${tensor.device}; copy it to the host (DeviceBuffer.copyTo) or use init({ backend: "nccl" })`,
+      );
+    }
     try {
       return dtypeOf(tensor, options.dtype);
     } catch (e) {
@@ -367,7 +406,7 @@ export class CpuProcessGroup implements ProcessGroup {
     }
   }
 
-  #pairDtypes(what: string, output: TypedArray, input: TypedArray, options: CallOptions): DType {
+  #pairDtypes(what: string, output: AnyTensor, input: AnyTensor, options: CallOptions): DType {
     const a = this.#dtype(what, input, options);
     const b = this.#dtype(what, output, options);
     if (a !== b) throw new TypeError(`Cannot ${what}: input is ${a} but output is ${b}`);

@@ -36,6 +36,10 @@ Deno.test("ProcessGroup rejects bad arguments with TypeError/RangeError naming e
   assert.match(e.peerRange, /^RangeError: Cannot recv: peer must be a rank in 0\.\.1, found 99/);
   assert.match(e.timeout, /^RangeError: Invalid timeoutMs: expected a number > 0, found 0/);
   assert.match(e.servers, /^RangeError: Cannot all-reduce: servers must be an integer in 1\.\.2, found 0/);
+  assert.match(
+    e.device,
+    /^UnsupportedError: Cannot all-reduce: the cpu backend takes host TypedArrays, found a float32 tensor on GPU 0/,
+  );
   assert.equal(r0.sum, 1);
 });
 

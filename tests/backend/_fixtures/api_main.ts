@@ -32,6 +32,10 @@ export async function main(pg: ProcessGroup, ctx: { args: unknown }): Promise<un
       peerRange: thrown(() => pg.recv(f, 99)),
       timeout: thrown(() => pg.barrier({ timeoutMs: 0 })),
       servers: thrown(() => pg.allReduce(f, { algorithm: "ps", servers: 0 })),
+      // A tensor shaped like a DeviceBuffer: the cpu backend takes host memory only.
+      device: thrown(() =>
+        pg.allReduce({ dtype: "float32", length: 4, byteLength: 16, device: 0, pointer: null })
+      ),
     };
     // Nothing above reached the wire: the group still works.
     const t = new Float32Array([pg.rank]);
