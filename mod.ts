@@ -30,3 +30,19 @@ export {
   TransportError,
   UnsupportedError,
 } from "./core/errors.ts";
+export {
+  type AxpyOptions,
+  type DivideOptions,
+  Kernels,
+  kernels,
+  type MatmulOptions,
+  type ReduceOptions,
+} from "./wasm/kernels.ts";
+export {
+  type KernelExports,
+  type KernelFn,
+  type KernelModule,
+  loadKernelModule,
+  type TypedArrayConstructor,
+  WasmHeap,
+} from "./wasm/loader.ts";

@@ -43,6 +43,8 @@ export class WasmHeap {
   #u8: Uint8Array;
 
   /**
+   * Creates an empty stack over `memory` from `base` up.
+   *
    * @param memory The module's memory.
    * @param base The first free byte (`heap_base()`).
    */
