@@ -38,7 +38,7 @@ const manifestUrl = new URL("wasm/kernels.wasm.json", root);
 
 /** The sha256 of `bytes` as lowercase hex. */
 async function sha256(bytes: Uint8Array): Promise<string> {
-  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
+  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", new Uint8Array(bytes)));
   return Array.from(digest, (b) => b.toString(16).padStart(2, "0")).join("");
 }
 

@@ -86,7 +86,7 @@ export async function main(pg: ProcessGroup, ctx: { args: unknown }): Promise<un
     controller.abort("stop");
     const before = await pg.allReduce(new Float32Array(4), { signal: controller.signal }).then(
       () => "resolved",
-      (e) => `${e.name}: ${e.message}`,
+      (e) => `${(e as Error).name}: ${(e as Error).message}`,
     );
     const t = new Float32Array([1]);
     await pg.allReduce(t);
