@@ -22,6 +22,7 @@
  *
  * @module
  */
+import { MEASURED_CONSTANTS } from "./measured.ts";
 
 /** Per-message latency, inverse bandwidth and inverse reduction throughput. */
 export interface CostConstants {
@@ -94,35 +95,18 @@ export interface AlgorithmName {
 /** The chunk size assumed when a shape names none (the backend should pass its own `chunkBytes`). */
 export const DEFAULT_CHUNK_BYTES = 256 * 1024;
 
-/**
- * Placeholder constants for the TCP transport (loopback or 10 GbE class), NOT measured: α = 50 µs,
- * 1 GB/s, reductions at 10 GB/s. Replace with `fitConstants` over the bench's ping-pong.
- */
-export const DEFAULT_TCP_CONSTANTS: CostConstants = Object.freeze({ alpha: 50e-6, beta: 1e-9, gamma: 1e-10 });
-/**
- * Placeholder constants for the shared-memory transport, NOT measured: α = 5 µs, 5 GB/s, reductions at
- * 10 GB/s.
- */
-export const DEFAULT_SHM_CONSTANTS: CostConstants = Object.freeze({ alpha: 5e-6, beta: 2e-10, gamma: 1e-10 });
-/**
- * Placeholder constants for the in-process (Workers + SharedArrayBuffer) transport, NOT measured:
- * α = 2 µs, 10 GB/s, reductions at 10 GB/s.
- */
-export const DEFAULT_INPROC_CONSTANTS: CostConstants = Object.freeze({
-  alpha: 2e-6,
-  beta: 1e-10,
-  gamma: 1e-10,
-});
+/** The TCP transport's constants, as `deno task bench:calibrate` measured them (see `measured.ts`). */
+export const DEFAULT_TCP_CONSTANTS: CostConstants = MEASURED_CONSTANTS.tcp;
+/** The shared-memory transport's constants, measured (see `measured.ts`). */
+export const DEFAULT_SHM_CONSTANTS: CostConstants = MEASURED_CONSTANTS.shm;
+/** The in-process transport's constants: it shares the shm ring code and takes the shm measurement. */
+export const DEFAULT_INPROC_CONSTANTS: CostConstants = MEASURED_CONSTANTS.inproc;
 
 /** The transports with default constants. */
 export type TransportKind = "tcp" | "shm" | "inproc";
 
-/** Placeholder constants by transport kind, until the bench measures them. */
-export const DEFAULT_CONSTANTS: Readonly<Record<TransportKind, CostConstants>> = Object.freeze({
-  tcp: DEFAULT_TCP_CONSTANTS,
-  shm: DEFAULT_SHM_CONSTANTS,
-  inproc: DEFAULT_INPROC_CONSTANTS,
-});
+/** The measured constants by transport kind, used when a caller asks for `"auto"`. */
+export const DEFAULT_CONSTANTS: Readonly<Record<TransportKind, CostConstants>> = MEASURED_CONSTANTS;
 
 // ---- helpers -------------------------------------------------------------------------------------
 
