@@ -45,6 +45,7 @@ const { values } = parseArgs({
     ranks: { type: "string", default: "4" },
     "check-calls": { type: "string", default: "1" },
     out: { type: "string" },
+    peer: { type: "string" },
     help: { type: "boolean", short: "h", default: false },
   },
 });
@@ -112,6 +113,59 @@ const key = (r: BenchRow): string =>
 const mine = new Set(rows.map(key));
 const merged = [...existing.filter((r) => !mine.has(key(r))), ...rows];
 Deno.writeTextFileSync(out, JSON.stringify(merged, null, 2) + "\n");
+if (values.peer === "gloo") await gloo(rows);
 const wrong = rows.reduce((s, r) => s + r.wrong, 0);
 console.log(`# ${rows.length} sizes, ${wrong} wrong elements; wrote ${out}`);
 if (wrong > 0) Deno.exit(1);
+
+/** Runs PyTorch's Gloo all-reduce on the same sizes and ranks, and prints the ratio to dcomm's time. */
+async function gloo(rows: BenchRow[]): Promise<void> {
+  if (collective !== "allReduce" || config.dtype !== "float32" || config.op !== "sum") {
+    throw new RangeError("--peer gloo compares allReduce of float32 with op sum only");
+  }
+  const lines: string[] = [];
+  const script = new URL("./native/gloo_allreduce.py", import.meta.url).pathname;
+  const r = await launch({
+    nprocPerNode: Number(values.ranks),
+    noDeno: true,
+    hostStore: false,
+    command: [
+      "python3",
+      script,
+      String(config.minBytes),
+      String(config.maxBytes),
+      String(config.factor),
+      String(config.iters),
+      String(config.warmup),
+    ],
+    write: (line) => {
+      const text = line.replace(/^\[rank\d+\]: /, "");
+      if (text.startsWith("{")) lines.push(text);
+      else if (/Error|error/.test(text)) console.error(text);
+    },
+  });
+  if (r.code !== 0) throw new Error(`The Gloo peer failed (exit ${r.code}); is torch importable by python3?`);
+  const peer = lines.map((l) => JSON.parse(l) as { bytes: number; timeUs: number; wrong: number });
+  console.log("#\n# the same sizes with PyTorch's Gloo (torch " + "all_reduce, same ranks, same machine)");
+  console.log("#       size   dcomm (us)    gloo (us)   gloo/dcomm  gloo #wrong");
+  const comparison = [];
+  for (const p of peer) {
+    const mine = rows.find((row) => row.bytes === p.bytes);
+    if (!mine) continue;
+    comparison.push({
+      bytes: p.bytes,
+      dcommUs: mine.timeUs,
+      glooUs: p.timeUs,
+      speedup: p.timeUs / mine.timeUs,
+    });
+    console.log(
+      `${String(p.bytes).padStart(12)} ${mine.timeUs.toFixed(1).padStart(12)} ${
+        p.timeUs.toFixed(1).padStart(12)
+      } ${(p.timeUs / mine.timeUs).toFixed(2).padStart(12)} ${String(p.wrong).padStart(12)}`,
+    );
+  }
+  const file =
+    new URL(`./results/gloo-${values.ranks}ranks-${rows[0]?.transport ?? "auto"}.json`, import.meta.url)
+      .pathname;
+  Deno.writeTextFileSync(file, JSON.stringify(comparison, null, 2) + "\n");
+}

@@ -37,6 +37,11 @@ export interface LaunchOptions {
   denoArgs?: readonly string[];
   /** Run `command` as it is instead of with `deno run`. @default false */
   noDeno?: boolean;
+  /**
+   * Serve the rendezvous store on node 0 (false for programs that serve their own on MASTER_PORT, as
+   * PyTorch's rank 0 does; a free port is then picked when none is given). @default true
+   */
+  hostStore?: boolean;
   /** Extra environment for every rank. @default {} */
   env?: Record<string, string>;
   /** Lines kept per rank for the failure summary. @default 20 */
@@ -129,7 +134,13 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
   const secret = inherited || generateSecret();
 
   let server: TcpStoreServer | undefined;
-  if (nodeRank === 0) {
+  const hostStore = options.hostStore ?? true;
+  if (!hostStore && masterPort === 0) {
+    const probe = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+    masterPort = (probe.addr as Deno.NetAddr).port;
+    probe.close();
+  }
+  if (nodeRank === 0 && hostStore) {
     const loopback = /^(127\.|localhost$|::1$)/.test(masterAddr);
     server = await TcpStoreServer.listen({
       hostname: loopback ? "127.0.0.1" : "0.0.0.0",
@@ -138,7 +149,7 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
       log: (m) => write(`[launcher]: ${m}`, "stderr"),
     });
     masterPort = server.port;
-  } else if (masterPort === 0) {
+  } else if (hostStore && masterPort === 0) {
     throw new RangeError("Invalid --master-port: nodes other than 0 must be given node 0's port, found 0");
   }
 
@@ -183,7 +194,7 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
         MASTER_ADDR: masterAddr,
         MASTER_PORT: String(masterPort),
         [STORE_SECRET_ENV]: secret,
-        DCOMM_STORE_HOSTED: "1",
+        ...(hostStore ? { DCOMM_STORE_HOSTED: "1" } : {}),
       };
       const [cmd, ...rest] = options.noDeno
         ? options.command
