@@ -44,6 +44,7 @@
  *
  * @module
  */
+import { checkBlocks, checkPeer, checkRank } from "./_checks.ts";
 import { checkOp, type DType, dtypeOf, type TypedArray } from "../core/dtype.ts";
 import { DistError, MismatchError, UnsupportedError } from "../core/errors.ts";
 import {
@@ -401,13 +402,7 @@ export class MpiProcessGroup implements ProcessGroup {
   allGather(output: Tensor, input: Tensor, options: AlgorithmOptions = {}): Work {
     const what = "all-gather";
     const dtype = this.#pairDtypes(what, output, input, options);
-    if (output.length !== input.length * this.size) {
-      throw new RangeError(
-        `Cannot all-gather: output must hold ${this.size} × ${input.length} = ${
-          input.length * this.size
-        } elements, found ${output.length}`,
-      );
-    }
+    checkBlocks("allGather", output, input, this.size);
     this.#intCount(what, input.length);
     this.#algorithm(what, options.algorithm);
     return this.#start(() => {
@@ -453,13 +448,7 @@ export class MpiProcessGroup implements ProcessGroup {
     const what = "reduce-scatter";
     const dtype = this.#pairDtypes(what, output, input, options);
     const op = checkOp(options.op ?? "sum");
-    if (input.length !== output.length * this.size) {
-      throw new RangeError(
-        `Cannot reduce-scatter: input must hold ${this.size} × ${output.length} = ${
-          output.length * this.size
-        } elements, found ${input.length}`,
-      );
-    }
+    checkBlocks("reduceScatter", output, input, this.size);
     this.#intCount(what, output.length);
     this.#algorithm(what, options.algorithm);
     return this.#start(() => {
@@ -505,12 +494,7 @@ export class MpiProcessGroup implements ProcessGroup {
   allToAll(output: Tensor, input: Tensor, options: AlgorithmOptions = {}): Work {
     const what = "all-to-all";
     const dtype = this.#pairDtypes(what, output, input, options);
-    if (input.length !== output.length || input.length % this.size !== 0) {
-      throw new RangeError(
-        `Cannot all-to-all: input and output must have the same length, a multiple of ${this.size}; ` +
-          `found input ${input.length} and output ${output.length}`,
-      );
-    }
+    checkBlocks("allToAll", output, input, this.size);
     const block = input.length / this.size;
     this.#intCount(what, block);
     this.#algorithm(what, options.algorithm);
@@ -887,15 +871,11 @@ export class MpiProcessGroup implements ProcessGroup {
   }
 
   #rankArg(what: string, name: string, r: number): number {
-    if (!Number.isInteger(r) || r < 0 || r >= this.size) {
-      throw new RangeError(`Cannot ${what}: ${name} must be a rank in 0..${this.size - 1}, found ${r}`);
-    }
-    return r;
+    return checkRank(what, name, r, this.size);
   }
 
   #peer(what: string, peer: number): void {
-    this.#rankArg(what, "peer", peer);
-    if (peer === this.rank) throw new RangeError(`Cannot ${what}: peer ${peer} is this rank`);
+    checkPeer(what, peer, this);
   }
 
   #intCount(what: string, n: number): void {

@@ -5,6 +5,7 @@
  *
  * @module
  */
+import { checkBlocks, checkPeer, checkRank } from "../_checks.ts";
 import { checkOp, type DType, dtypeOf, type ReduceOp, type TypedArray } from "../../core/dtype.ts";
 import { DistError, TimeoutError, TransportError, UnsupportedError } from "../../core/errors.ts";
 import {
@@ -273,13 +274,7 @@ export class CpuProcessGroup implements ProcessGroup {
 
   allGather(output: AnyTensor, input: AnyTensor, options: AlgorithmOptions = {}): Work {
     const dtype = this.#pairDtypes("all-gather", output, input, options);
-    if (output.length !== input.length * this.size) {
-      throw new RangeError(
-        `Cannot all-gather: output must hold ${this.size} × ${input.length} = ${
-          input.length * this.size
-        } elements, found ${output.length}`,
-      );
-    }
+    checkBlocks("allGather", output, input, this.size);
     return this.#call("allGather", {
       input: input as TypedArray,
       output: output as TypedArray,
@@ -292,13 +287,7 @@ export class CpuProcessGroup implements ProcessGroup {
   reduceScatter(output: AnyTensor, input: AnyTensor, options: ReduceOptions = {}): Work {
     const dtype = this.#pairDtypes("reduce-scatter", output, input, options);
     const op = checkOp(options.op ?? "sum");
-    if (input.length !== output.length * this.size) {
-      throw new RangeError(
-        `Cannot reduce-scatter: input must hold ${this.size} × ${output.length} = ${
-          output.length * this.size
-        } elements, found ${input.length}`,
-      );
-    }
+    checkBlocks("reduceScatter", output, input, this.size);
     return this.#call("reduceScatter", {
       input: input as TypedArray,
       output: output as TypedArray,
@@ -311,12 +300,7 @@ export class CpuProcessGroup implements ProcessGroup {
 
   allToAll(output: AnyTensor, input: AnyTensor, options: AlgorithmOptions = {}): Work {
     const dtype = this.#pairDtypes("all-to-all", output, input, options);
-    if (input.length !== output.length || input.length % this.size !== 0) {
-      throw new RangeError(
-        `Cannot all-to-all: input and output must have the same length, a multiple of ${this.size}; ` +
-          `found input ${input.length} and output ${output.length}`,
-      );
-    }
+    checkBlocks("allToAll", output, input, this.size);
     return this.#call("allToAll", {
       input: input as TypedArray,
       output: output as TypedArray,
@@ -414,16 +398,11 @@ export class CpuProcessGroup implements ProcessGroup {
   }
 
   #rank(what: string, name: string, r: number): number {
-    if (!Number.isInteger(r) || r < 0 || r >= this.size) {
-      throw new RangeError(`Cannot ${what}: ${name} must be a rank in 0..${this.size - 1}, found ${r}`);
-    }
-    return r;
+    return checkRank(what, name, r, this.size);
   }
 
   #peer(what: string, peer: number): number {
-    this.#rank(what, "peer", peer);
-    if (peer === this.rank) throw new RangeError(`Cannot ${what}: peer ${peer} is this rank`);
-    return peer;
+    return checkPeer(what, peer, this);
   }
 
   #call(

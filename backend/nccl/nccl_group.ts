@@ -16,6 +16,7 @@
  *
  * @module
  */
+import { checkBlocks, checkPeer, checkRank } from "../_checks.ts";
 import { checkOp, type DType, dtypeOf, dtypeSize, type ReduceOp } from "../../core/dtype.ts";
 import { DistError, UnsupportedError } from "../../core/errors.ts";
 import { MemcpyKind, MemoryType } from "../../ffi/cudart/constants.ts";
@@ -248,12 +249,7 @@ export class NcclProcessGroup implements ProcessGroup {
   allGather(output: AnyTensor, input: AnyTensor, options: NcclAlgorithmOptions = {}): NcclWork {
     const what = "all-gather";
     const dtype = this.#pairDtypes(what, output, input, options);
-    if (output.length !== input.length * this.size) {
-      throw new RangeError(
-        `Cannot all-gather: output must hold ${this.size} × ${input.length} = ${input.length * this.size} ` +
-          `elements, found ${output.length}`,
-      );
-    }
+    checkBlocks("allGather", output, input, this.size);
     const inp = this.#operand(what, input, dtype, { upload: true, download: false });
     const out = this.#operand(what, output, dtype, { upload: false, download: true });
     return this.#launch("allGather", dtype, input.length, [inp, out], options, (s, comm, stream) => {
@@ -272,14 +268,7 @@ export class NcclProcessGroup implements ProcessGroup {
     const what = "reduce-scatter";
     const dtype = this.#pairDtypes(what, output, input, options);
     const op = this.#op(what, options);
-    if (input.length !== output.length * this.size) {
-      throw new RangeError(
-        `Cannot reduce-scatter: input must hold ${this.size} × ${output.length} = ${
-          output.length * this.size
-        } ` +
-          `elements, found ${input.length}`,
-      );
-    }
+    checkBlocks("reduceScatter", output, input, this.size);
     const inp = this.#operand(what, input, dtype, { upload: true, download: false });
     const out = this.#operand(what, output, dtype, { upload: false, download: true });
     return this.#launch("reduceScatter", dtype, input.length, [inp, out], options, (s, comm, stream) => {
@@ -306,12 +295,7 @@ export class NcclProcessGroup implements ProcessGroup {
   allToAll(output: AnyTensor, input: AnyTensor, options: NcclAlgorithmOptions = {}): NcclWork {
     const what = "all-to-all";
     const dtype = this.#pairDtypes(what, output, input, options);
-    if (input.length !== output.length || input.length % this.size !== 0) {
-      throw new RangeError(
-        `Cannot all-to-all: input and output must have the same length, a multiple of ${this.size}; ` +
-          `found input ${input.length} and output ${output.length}`,
-      );
-    }
+    checkBlocks("allToAll", output, input, this.size);
     const { version, symbols } = this.#ctx.library;
     const native = hasFeature("alltoall", version, symbols);
     if (!native) requireFeature("sendRecv", version, { what, symbols });
@@ -530,16 +514,11 @@ export class NcclProcessGroup implements ProcessGroup {
   }
 
   #rankArg(what: string, name: string, r: number): number {
-    if (!Number.isInteger(r) || r < 0 || r >= this.size) {
-      throw new RangeError(`Cannot ${what}: ${name} must be a rank in 0..${this.size - 1}, found ${r}`);
-    }
-    return r;
+    return checkRank(what, name, r, this.size);
   }
 
   #peer(what: string, peer: number): number {
-    this.#rankArg(what, "peer", peer);
-    if (peer === this.rank) throw new RangeError(`Cannot ${what}: peer ${peer} is this rank`);
-    return peer;
+    return checkPeer(what, peer, this);
   }
 
   #operand(

@@ -1,0 +1,70 @@
+/**
+ * Argument checks every backend's process group shares, so that a bad call gets the same message on
+ * `cpu`, `nccl` and `mpi`: a `RangeError` naming what was expected and what was found, before anything is
+ * sent.
+ *
+ * @module
+ */
+
+/** A length, as every tensor kind (TypedArray, DeviceBuffer) has one. */
+interface Sized {
+  readonly length: number;
+}
+
+/**
+ * Checks a rank argument (a root or a peer) of a group of `size` ranks.
+ *
+ * @throws {RangeError} If `r` is not an integer in 0..size-1.
+ */
+export function checkRank(what: string, name: string, r: number, size: number): number {
+  if (!Number.isInteger(r) || r < 0 || r >= size) {
+    throw new RangeError(`Cannot ${what}: ${name} must be a rank in 0..${size - 1}, found ${r}`);
+  }
+  return r;
+}
+
+/**
+ * Checks a point-to-point peer: a rank of the group other than this one.
+ *
+ * @throws {RangeError} If `peer` is out of range or is `rank` itself.
+ */
+export function checkPeer(what: string, peer: number, group: { rank: number; size: number }): number {
+  checkRank(what, "peer", peer, group.size);
+  if (peer === group.rank) throw new RangeError(`Cannot ${what}: peer ${peer} is this rank`);
+  return peer;
+}
+
+/**
+ * Checks the lengths of an out-of-place block collective on `size` ranks: all-gather's output holds
+ * `size` inputs, reduce-scatter's input holds `size` outputs, all-to-all's input and output have the same
+ * length, a multiple of `size`.
+ *
+ * @throws {RangeError} If the lengths do not fit.
+ */
+export function checkBlocks(
+  collective: "allGather" | "reduceScatter" | "allToAll",
+  output: Sized,
+  input: Sized,
+  size: number,
+): void {
+  if (collective === "allGather" && output.length !== input.length * size) {
+    throw new RangeError(
+      `Cannot all-gather: output must hold ${size} × ${input.length} = ${input.length * size} elements, ` +
+        `found ${output.length}`,
+    );
+  }
+  if (collective === "reduceScatter" && input.length !== output.length * size) {
+    throw new RangeError(
+      `Cannot reduce-scatter: input must hold ${size} × ${output.length} = ${
+        output.length * size
+      } elements, ` +
+        `found ${input.length}`,
+    );
+  }
+  if (collective === "allToAll" && (input.length !== output.length || input.length % size !== 0)) {
+    throw new RangeError(
+      `Cannot all-to-all: input and output must have the same length, a multiple of ${size}; ` +
+        `found input ${input.length} and output ${output.length}`,
+    );
+  }
+}
