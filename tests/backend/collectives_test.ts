@@ -49,13 +49,14 @@ async function launched(size: number, transport: string, profile: string): Promi
     .sort((a, b) => a.rank - b.rank);
 }
 
-for (
-  const [transport, size, profile] of [["tcp", 2, ""], ["tcp", 3, "big"], ["tcp", 5, ""], ["shm", 2, "big"], [
-    "shm",
-    4,
-    "",
-  ], ["shm", 8, ""]] as const
-) {
+// Every world size over both process transports; the dtype × op sweep at 3 ranks, the million-element
+// calls at one size each (the in-thread matrix above and tests/collectives/ cover the rest of the cross
+// product at every size).
+const PROCESS_CASES: readonly (readonly [string, number, string])[] = [
+  ...[1, 2, 3, 4, 5, 8].map((n) => ["tcp", n, n === 3 ? "sweep,big" : ""] as const),
+  ...[1, 2, 3, 4, 5, 8].map((n) => ["shm", n, n === 2 ? "big" : n === 3 ? "sweep" : ""] as const),
+];
+for (const [transport, size, profile] of PROCESS_CASES) {
   Deno.test(`CPU backend runs every collective on ${size} processes over ${transport} (${profile || "base"})`, async () => {
     checkResults(await launched(size, transport, profile), size);
   });
