@@ -68,3 +68,28 @@ export function checkBlocks(
     );
   }
 }
+
+/**
+ * Checks the ranks of a new sub-group of a group of `size` ranks and returns them sorted (a sub-group's
+ * ranks are numbered in the parent's order, as torch.distributed's `new_group` does).
+ *
+ * @throws {RangeError} If the list is empty, holds a rank out of range, or lists a rank twice.
+ */
+export function checkGroupRanks(ranks: readonly number[], size: number): number[] {
+  if (!Array.isArray(ranks) || ranks.length === 0) {
+    throw new RangeError(
+      `Cannot create a group: expected a non-empty array of ranks, found ${String(ranks)}`,
+    );
+  }
+  const sorted = [...ranks].sort((a, b) => a - b);
+  for (let i = 0; i < sorted.length; i++) {
+    const r = sorted[i];
+    if (!Number.isInteger(r) || r < 0 || r >= size) {
+      throw new RangeError(`Cannot create a group: ranks must be integers in 0..${size - 1}, found ${r}`);
+    }
+    if (i > 0 && sorted[i - 1] === r) {
+      throw new RangeError(`Cannot create a group: rank ${r} is listed twice`);
+    }
+  }
+  return sorted;
+}

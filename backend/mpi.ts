@@ -44,7 +44,7 @@
  *
  * @module
  */
-import { checkBlocks, checkPeer, checkRank } from "./_checks.ts";
+import { checkBlocks, checkGroupRanks, checkPeer, checkRank } from "./_checks.ts";
 import { checkOp, type DType, dtypeOf, type TypedArray } from "../core/dtype.ts";
 import { DistError, MismatchError, UnsupportedError } from "../core/errors.ts";
 import {
@@ -640,23 +640,7 @@ export class MpiProcessGroup implements ProcessGroup {
    */
   async newGroup(ranks: readonly number[], options: GroupOptions = {}): Promise<MpiProcessGroup> {
     this.#member("create a group");
-    if (!Array.isArray(ranks) || ranks.length === 0) {
-      throw new RangeError(
-        `Cannot create a group: expected a non-empty array of ranks, found ${String(ranks)}`,
-      );
-    }
-    const sorted = [...ranks].sort((a, b) => a - b);
-    for (let i = 0; i < sorted.length; i++) {
-      const r = sorted[i];
-      if (!Number.isInteger(r) || r < 0 || r >= this.size) {
-        throw new RangeError(
-          `Cannot create a group: ranks must be integers in 0..${this.size - 1}, found ${r}`,
-        );
-      }
-      if (i > 0 && sorted[i - 1] === r) {
-        throw new RangeError(`Cannot create a group: rank ${r} is listed twice`);
-      }
-    }
+    const sorted = checkGroupRanks(ranks, this.size);
     const timeoutMs = options.timeoutMs ?? this.#timeoutMs;
     if (!(timeoutMs > 0)) {
       throw new RangeError(`Invalid timeoutMs: expected a number > 0, found ${timeoutMs}`);

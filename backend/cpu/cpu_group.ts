@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { checkBlocks, checkPeer, checkRank } from "../_checks.ts";
+import { checkBlocks, checkGroupRanks, checkPeer, checkRank } from "../_checks.ts";
 import { checkOp, type DType, dtypeOf, type ReduceOp, type TypedArray } from "../../core/dtype.ts";
 import { DistError, TimeoutError, TransportError, UnsupportedError } from "../../core/errors.ts";
 import {
@@ -328,23 +328,7 @@ export class CpuProcessGroup implements ProcessGroup {
   }
 
   async newGroup(ranks: readonly number[], options: GroupOptions = {}): Promise<ProcessGroup> {
-    if (!Array.isArray(ranks) || ranks.length === 0) {
-      throw new RangeError(
-        `Cannot create a group: expected a non-empty array of ranks, found ${String(ranks)}`,
-      );
-    }
-    const sorted = [...ranks].sort((a, b) => a - b);
-    for (let i = 0; i < sorted.length; i++) {
-      const r = sorted[i];
-      if (!Number.isInteger(r) || r < 0 || r >= this.size) {
-        throw new RangeError(
-          `Cannot create a group: ranks must be integers in 0..${this.size - 1}, found ${r}`,
-        );
-      }
-      if (i > 0 && sorted[i - 1] === r) {
-        throw new RangeError(`Cannot create a group: rank ${r} is listed twice`);
-      }
-    }
+    const sorted = checkGroupRanks(ranks, this.size);
     const id = this.#engine.nextGroupId++;
     const global = sorted.map((r) => this.ranks[r]);
     const timeoutMs = options.timeoutMs ?? this.#timeoutMs;
