@@ -167,6 +167,9 @@ export async function init(options: InitOptions = {}): Promise<ProcessGroup> {
     throw e;
   }
   const world = Array.from({ length: info.worldSize }, (_, i) => i);
+  // The world has formed: the store is needed again only to close, so it must not keep the process alive.
+  store.unref();
+  server?.unref();
   return new CpuProcessGroup(engine, {
     id: 0,
     ranks: world,
@@ -175,6 +178,7 @@ export async function init(options: InitOptions = {}): Promise<ProcessGroup> {
     async onClose(failed: boolean): Promise<void> {
       // Rank 0's store must outlive every rank's use of it: each rank checks out, rank 0 waits for all
       // (unless the world failed: then a dead rank never checks out and nobody needs the store any more).
+      store.ref();
       try {
         await store.set(`dcomm/closed/${info.rank}`, "1");
         if (server && !failed) {

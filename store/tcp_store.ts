@@ -308,6 +308,19 @@ export class TcpStore implements Store {
   }
 
   /** Same as {@linkcode TcpStore.close}, for `await using`. */
+  /**
+   * Lets the process exit while no call is pending: the connection stops keeping the event loop alive
+   * (calls made later still work; a pending one keeps its own timer).
+   */
+  unref(): void {
+    this.#conn.unref();
+  }
+
+  /** Undoes {@linkcode TcpStore.unref}: the connection keeps the process alive again. */
+  ref(): void {
+    this.#conn.ref();
+  }
+
   [Symbol.asyncDispose](): Promise<void> {
     return this.close();
   }

@@ -105,6 +105,7 @@ export class TcpStoreServer implements AsyncDisposable {
   #log: (message: string) => void;
   #table = new KeyTable();
   #sessions = new Set<Session>();
+  #unref = false;
   #stop = new AbortController();
   #accepting: Promise<void>;
 
@@ -209,6 +210,17 @@ export class TcpStoreServer implements AsyncDisposable {
     this.#table.clear();
   }
 
+  /**
+   * Lets the process exit while the server idles: the listener and every connection (present and future)
+   * stop keeping the event loop alive. A rank that serves the store calls it once the world has formed,
+   * so a script that ends without closing its process group still ends.
+   */
+  unref(): void {
+    this.#unref = true;
+    this.#listener.unref();
+    for (const session of this.#sessions) session.conn.unref();
+  }
+
   /** Same as {@linkcode TcpStoreServer.close}, for `await using`. */
   [Symbol.asyncDispose](): Promise<void> {
     return this.close();
@@ -237,6 +249,7 @@ export class TcpStoreServer implements AsyncDisposable {
     try {
       conn.setNoDelay(true);
       conn.setKeepAlive(true);
+      if (this.#unref) conn.unref();
     } catch { /* the peer already left; the read loop finds out */ }
     const session: Session = {
       conn,

@@ -5,7 +5,7 @@
  *
  * @module
  */
-/// <reference lib="deno.worker" />
+import { type MessagePort, parentPort } from "node:worker_threads";
 import { DistError, TransportError } from "../../core/errors.ts";
 import { TcpStore } from "../../store/tcp_store.ts";
 import { PrefixStore } from "../../store/prefix_store.ts";
@@ -29,8 +29,11 @@ function wire(e: unknown): WireError {
   return { name: "Error", message: String(e) };
 }
 
+// A node:worker_threads Worker, so that the main thread can unref it while no call is pending.
+const port = parentPort as MessagePort;
+
 function post(message: FromEngine): void {
-  self.postMessage(message);
+  port.postMessage(message);
 }
 
 let engine: Engine | undefined;
@@ -66,12 +69,10 @@ async function close(): Promise<void> {
     await store?.[Symbol.asyncDispose]();
   } finally {
     post({ type: "closed" });
-    self.close();
   }
 }
 
-self.onmessage = (event: MessageEvent<ToEngine>): void => {
-  const msg = event.data;
+port.on("message", (msg: ToEngine): void => {
   switch (msg.type) {
     case "init":
       start(msg.config).catch((e) => post({ type: "failed", error: wire(e) }));
@@ -98,4 +99,4 @@ self.onmessage = (event: MessageEvent<ToEngine>): void => {
       close();
       break;
   }
-};
+});

@@ -5,6 +5,7 @@
  *
  * @module
  */
+import { Worker as NodeWorker } from "node:worker_threads";
 import { checkBlocks, checkGroupRanks, checkPeer, checkRank } from "../_checks.ts";
 import { checkOp, type DType, dtypeOf, type ReduceOp, type TypedArray } from "../../core/dtype.ts";
 import { DistError, TimeoutError, TransportError, UnsupportedError } from "../../core/errors.ts";
@@ -42,9 +43,13 @@ function unwire(e: WireError): Error {
   return error;
 }
 
-/** The main thread's handle on the communication Worker; shared by the world and its sub-groups. */
+/**
+ * The main thread's handle on the communication Worker; shared by the world and its sub-groups. The
+ * Worker keeps the process alive only while calls are pending (a `node:worker_threads` Worker, because
+ * its `unref()` lets a script that ends without closing its group end too).
+ */
 export class EngineHandle {
-  #worker: Worker;
+  #worker: NodeWorker;
   #pending = new Map<number, { resolve: (r: WorkReport) => void; reject: (e: Error) => void }>();
   #nextId = 1;
   #failure: Error | undefined;
@@ -57,7 +62,7 @@ export class EngineHandle {
   /** The staging pool of this rank. */
   readonly staging: StagingPool = new StagingPool();
 
-  private constructor(worker: Worker) {
+  private constructor(worker: NodeWorker) {
     this.#worker = worker;
     this.#closed = new Promise((resolve) => (this.#onClosed = resolve));
   }
@@ -70,26 +75,25 @@ export class EngineHandle {
    * @throws {DistError} If connecting fails or times out.
    */
   static async start(config: EngineConfig): Promise<EngineHandle> {
-    const worker = new Worker(new URL("./comm_worker.ts", import.meta.url), { type: "module" });
+    const worker = new NodeWorker(new URL("./comm_worker.ts", import.meta.url));
     const handle = new EngineHandle(worker);
     const ready = Promise.withResolvers<void>();
-    worker.onmessage = (event: MessageEvent<FromEngine>): void => {
-      const msg = event.data;
+    worker.on("message", (msg: FromEngine): void => {
       if (msg.type === "ready") {
         handle.transport = msg.transport;
         ready.resolve();
       } else handle.#receive(msg, ready.reject);
-    };
-    worker.onerror = (event: ErrorEvent): void => {
-      event.preventDefault();
+    });
+    worker.on("error", (e: Error): void => {
       const error = new DistError(
-        `The communication thread of rank ${config.rank} crashed: ${event.message}`,
+        `The communication thread of rank ${config.rank} crashed: ${e?.message ?? String(e)}`,
+        { cause: e },
       );
       ready.reject(error);
       handle.#failAll(error);
       worker.terminate();
       handle.#onClosed();
-    };
+    });
     handle.#post({ type: "init", config });
     try {
       await ready.promise;
@@ -97,6 +101,7 @@ export class EngineHandle {
       worker.terminate();
       throw e;
     }
+    handle.#idle();
     return handle;
   }
 
@@ -110,10 +115,12 @@ export class EngineHandle {
       case "done":
         this.#pending.get(msg.id)?.resolve(msg.report);
         this.#pending.delete(msg.id);
+        this.#idle();
         break;
       case "error":
         this.#pending.get(msg.id)?.reject(unwire(msg.error));
         this.#pending.delete(msg.id);
+        this.#idle();
         break;
       case "failed": {
         const error = unwire(msg.error);
@@ -127,6 +134,11 @@ export class EngineHandle {
         this.#onClosed();
         break;
     }
+  }
+
+  /** Without pending calls, the Worker no longer keeps the process alive. */
+  #idle(): void {
+    if (this.#pending.size === 0) this.#worker.unref();
   }
 
   #failAll(error: Error): void {
@@ -150,6 +162,7 @@ export class EngineHandle {
     const id = this.#nextId++;
     const { promise, resolve, reject } = Promise.withResolvers<WorkReport>();
     this.#pending.set(id, { resolve, reject });
+    this.#worker.ref();
     if (signal) {
       const onAbort = (): void => this.#post({ type: "cancel", id, reason: String(signal.reason) });
       signal.addEventListener("abort", onAbort, { once: true });
@@ -166,6 +179,7 @@ export class EngineHandle {
 
   /** Finishes the queued calls, closes the transport and ends the Worker. */
   async close(): Promise<void> {
+    this.#worker.ref();
     this.#post({ type: "close" });
     let timer: ReturnType<typeof setTimeout> | undefined;
     await Promise.race([

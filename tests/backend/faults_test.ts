@@ -86,8 +86,9 @@ for (const transport of ["tcp", "shm"]) {
     for (const r of survivors) {
       const f = failure(r);
       assert.ok(f, `a survivor printed no failure: ${r.lines.join(" | ")}`);
-      assert.match(f.name, /TransportError|DistError/);
-      assert.match(f.message, /[Rr]ank 2\b/, `the error does not name the dead rank: ${f.message}`);
+      const all = ranks.map((x, i) => `rank ${i}: ${x.lines.join(" | ")}`).join("\n");
+      assert.match(f.name, /TransportError|DistError/, all);
+      assert.match(f.message, /[Rr]ank 2\b/, `the error does not name the dead rank:\n${all}`);
     }
     await ranks[2].done;
   });
