@@ -307,10 +307,9 @@ export class TcpStore implements Store {
     await this.#writes;
   }
 
-  /** Same as {@linkcode TcpStore.close}, for `await using`. */
   /**
    * Lets the process exit while no call is pending: the connection stops keeping the event loop alive
-   * (calls made later still work; a pending one keeps its own timer).
+   * (calls made later still work; call {@linkcode TcpStore.ref} first to wait on one).
    */
   unref(): void {
     this.#conn.unref();
@@ -321,6 +320,7 @@ export class TcpStore implements Store {
     this.#conn.ref();
   }
 
+  /** Same as {@linkcode TcpStore.close}, for `await using`. */
   [Symbol.asyncDispose](): Promise<void> {
     return this.close();
   }
