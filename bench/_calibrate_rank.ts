@@ -17,6 +17,9 @@ import { rankInfo } from "../backend/env.ts";
 
 const kind = Deno.args[0];
 const info = rankInfo(Deno.env.toObject());
+if (info.masterPort === undefined) {
+  throw new RangeError("bench:calibrate ranks need MASTER_PORT (the launcher sets it)");
+}
 const client = await TcpStore.connect({ hostname: info.masterAddr, port: info.masterPort });
 const store = new PrefixStore(`calibrate-${kind}`, client);
 const common = { rank: info.rank, size: info.worldSize, timeoutMs: 60_000 };
