@@ -57,6 +57,7 @@ import {
 } from "../ffi/mpi/constants.ts";
 import { check, MpiError } from "../ffi/mpi/mpi.ts";
 import { rankInfo } from "./env.ts";
+import type { FlightSpec } from "./mpi/_progress.ts";
 import { MPI_DATATYPE, MpiRuntime } from "./mpi/_runtime.ts";
 import type {
   AlgorithmOptions,
@@ -109,6 +110,12 @@ function constantPointers(): { inPlace: Deno.PointerObject; empty: Deno.PointerO
 }
 
 let runtime: MpiRuntime | undefined;
+let origin: number | undefined;
+
+/** `performance.timeOrigin`, read once (the getter costs as much as a small call's bookkeeping). */
+function timeOrigin(): number {
+  return origin ??= performance.timeOrigin;
+}
 let worldOpen = false;
 let finalized = false;
 
@@ -740,13 +747,13 @@ export class MpiProcessGroup implements ProcessGroup {
       );
     }
     const t0 = performance.now();
-    const startedAt = performance.timeOrigin + t0;
     const requests: Int32Array[] = [];
     let failure: unknown;
     for (let i = 0; i < call.chunks; i++) {
-      const req = new Int32Array(1);
+      const req = rt.poller.request();
       const rc = call.issue(i, req);
       if (rc !== 0) {
+        rt.poller.release([req]);
         try {
           check(rc, call.call, call.what());
         } catch (e) {
@@ -756,7 +763,7 @@ export class MpiProcessGroup implements ProcessGroup {
       }
       requests.push(req);
     }
-    const spec = {
+    const spec: FlightSpec<WorkReport> = {
       what: call.what,
       requests,
       keep: call.keep,
@@ -765,11 +772,42 @@ export class MpiProcessGroup implements ProcessGroup {
       signal: options.signal,
       cancellable: call.cancellable,
       onRequestDone: call.onRequestDone,
+      done: (): WorkReport => {
+        const timeMs = performance.now() - t0;
+        this.#settled();
+        const callbackError = rt.takeCallbackError();
+        if (callbackError !== undefined) {
+          throw new DistError(`The reduction callback failed during ${call.what()}`, {
+            cause: callbackError,
+          });
+        }
+        call.finish?.();
+        const startedAt = timeOrigin() + t0;
+        return {
+          collective: call.collective,
+          algorithm: "mpi",
+          transport: "mpi",
+          bytes: call.bytes,
+          bytesSent: call.bytes,
+          timeMs,
+          startedAt,
+          finishedAt: startedAt + timeMs,
+        };
+      },
+      failed: (e: unknown): unknown => {
+        this.#settled();
+        if (e instanceof MpiError && e.errorClass === MPI_ERR_TRUNCATE && call.collective === "recv") {
+          return new MismatchError(`Cannot ${call.what()}: the message is longer than the tensor`, {
+            cause: e,
+          });
+        }
+        return e;
+      },
     };
     if (failure !== undefined) {
       if (requests.length > 0) {
         // Chunks already started cannot be taken back: hold their memory and stop the backend.
-        rt.poller.track({ ...spec, timeoutMs: Infinity }).catch(() => {});
+        rt.poller.track({ ...spec, timeoutMs: Infinity, done: undefined, failed: undefined }).catch(() => {});
         rt.broken ??= new DistError(`The mpi backend is unusable: ${(failure as Error).message}`, {
           code: "MPI_BROKEN",
           cause: failure,
@@ -778,32 +816,7 @@ export class MpiProcessGroup implements ProcessGroup {
       return new Work(Promise.reject(failure));
     }
     this.#pending++;
-    const done = rt.poller.track(spec, t0).then((): WorkReport => {
-      const timeMs = performance.now() - t0;
-      this.#settled();
-      const callbackError = rt.takeCallbackError();
-      if (callbackError !== undefined) {
-        throw new DistError(`The reduction callback failed during ${call.what()}`, { cause: callbackError });
-      }
-      call.finish?.();
-      return {
-        collective: call.collective,
-        algorithm: "mpi",
-        transport: "mpi",
-        bytes: call.bytes,
-        bytesSent: call.bytes,
-        timeMs,
-        startedAt,
-        finishedAt: startedAt + timeMs,
-      };
-    }, (e: unknown): never => {
-      this.#settled();
-      if (e instanceof MpiError && e.errorClass === MPI_ERR_TRUNCATE && call.collective === "recv") {
-        throw new MismatchError(`Cannot ${call.what()}: the message is longer than the tensor`, { cause: e });
-      }
-      throw e;
-    });
-    return new Work(done);
+    return new Work(rt.poller.track(spec, t0));
   }
 
   #settled(): void {
