@@ -7,6 +7,7 @@
  * ```sh
  * deno task bench:collectives -b 1K -e 64M -f 4 --ranks 4 --transport shm
  * deno task bench:collectives --collective allGather --algorithm recursive-doubling --ranks 8
+ * deno task bench:collectives --backend mpi --ranks 2 -b 1K -e 32M -f 8   # bench/mpi.ts, against C
  * ```
  *
  * @module
@@ -52,7 +53,7 @@ const { values } = parseArgs({
 if (values.help) {
   console.log(
     `Usage: deno task bench:collectives [-b 8] [-e 64M] [-f 4] [-n 20] [-w 5] [-c 1] [-o sum] [-d float32]
-  [--backend cpu] [--collective allReduce|broadcast|reduce|allGather|reduceScatter|allToAll]
+  [--backend cpu|mpi] [--collective allReduce|broadcast|reduce|allGather|reduceScatter|allToAll]
   [--algorithm auto] [--transport auto|tcp|shm] [--ranks 4] [--root 0] [--check-calls 1] [--out FILE]`,
   );
   Deno.exit(0);
@@ -82,9 +83,36 @@ if (!(config.factor > 1)) {
   throw new RangeError(`Invalid -f: expected a factor > 1, found ${values.stepfactor}`);
 }
 const backend = values.backend;
+if (backend === "mpi") Deno.exit(await runMpi());
 if (backend !== "cpu") {
-  console.error(`bench:collectives --backend ${backend}: see bench/${backend}.ts for that backend's harness`);
+  console.error(
+    `bench:collectives --backend ${backend}: expected cpu or mpi; for nccl run deno task bench:nccl on a GPU machine`,
+  );
   Deno.exit(2);
+}
+
+/**
+ * `--backend mpi`: bench/mpi.ts under `mpiexec -n <--ranks>`, which runs MPICH's `MPI_Allreduce` from C in
+ * the same invocation as the baseline (all-reduce of float32 sums only).
+ */
+async function runMpi(): Promise<number> {
+  if (collective !== "allReduce" || config.op !== "sum" || config.dtype !== "float32") {
+    throw new RangeError(
+      `bench:collectives --backend mpi measures allReduce of float32 sums against C; found --collective ` +
+        `${collective} -o ${config.op} -d ${config.dtype}`,
+    );
+  }
+  const args = [
+    "run",
+    "-A",
+    new URL("./mpi.ts", import.meta.url).pathname,
+    ...["--np", values.ranks, "-b", values.minbytes, "-e", values.maxbytes, "-f", values.stepfactor],
+    ...["-n", values.iters, "-w", values.warmup_iters, "-c", values.check],
+    ...(values.out === undefined ? [] : ["--out", values.out]),
+  ];
+  const { code } = await new Deno.Command(Deno.execPath(), { args, stdout: "inherit", stderr: "inherit" })
+    .output();
+  return code;
 }
 
 let rows: BenchRow[] = [];
