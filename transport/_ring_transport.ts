@@ -39,7 +39,7 @@ import {
   STATE_ABORTED,
   STATE_CLOSED,
 } from "./_ring.ts";
-import { DESC_BYTES, type Pair, type RecvCheck, type Transport } from "./transport.ts";
+import { DESC_BYTES, type Pair, pairOf, type RecvCheck, type Transport } from "./transport.ts";
 
 /** Bytes of an inbox's header. */
 export const INBOX_HEADER_BYTES = 4096;
@@ -298,13 +298,7 @@ export class RingTransport implements Transport {
    * @throws {RangeError} If `peer` is this rank or out of range.
    */
   pair(peer: number): Pair {
-    const pair = Number.isInteger(peer) ? this.#pairs[peer] : undefined;
-    if (pair === undefined) {
-      throw new RangeError(
-        `Expected a peer rank in 0..${this.size - 1} other than ${this.rank}, found ${peer}`,
-      );
-    }
-    return pair;
+    return pairOf(this.#pairs, peer, this);
   }
 
   /**

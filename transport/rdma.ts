@@ -64,7 +64,7 @@ import {
   releaseRdma,
 } from "./_rdma_connect.ts";
 import { decodeHeader, encodeHeader, FRAME_DATA, HEADER_BYTES, SENT_REASON_BYTES } from "./_tcp_wire.ts";
-import { DESC_BYTES, type Pair, type RecvCheck, type Transport } from "./transport.ts";
+import { DESC_BYTES, type Pair, pairOf, type RecvCheck, type Transport } from "./transport.ts";
 
 /** Options of {@linkcode RdmaTransport.connect}. */
 export interface RdmaTransportOptions {
@@ -656,13 +656,7 @@ export class RdmaTransport implements Transport {
    * @throws {RangeError} If `peer` is this rank or out of range.
    */
   pair(peer: number): Pair {
-    const pair = Number.isInteger(peer) ? this.#pairs[peer] : undefined;
-    if (pair === undefined) {
-      throw new RangeError(
-        `Expected a peer rank in 0..${this.size - 1} other than ${this.rank}, found ${peer}`,
-      );
-    }
-    return pair;
+    return pairOf(this.#pairs, peer, this);
   }
 
   /**

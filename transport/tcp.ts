@@ -56,7 +56,7 @@ import {
   stripes,
   writeAll,
 } from "./_tcp_wire.ts";
-import { DESC_BYTES, type Pair, type RecvCheck, type Transport } from "./transport.ts";
+import { DESC_BYTES, type Pair, pairOf, type RecvCheck, type Transport } from "./transport.ts";
 
 /** Options of {@linkcode TcpTransport.connect}. */
 export interface TcpTransportOptions {
@@ -206,13 +206,7 @@ export class TcpTransport implements Transport {
    * @throws {RangeError} If `peer` is this rank or out of range.
    */
   pair(peer: number): Pair {
-    const link = Number.isInteger(peer) ? this.#links[peer] : undefined;
-    if (link === undefined) {
-      throw new RangeError(
-        `Expected a peer rank in 0..${this.size - 1} other than ${this.rank}, found ${peer}`,
-      );
-    }
-    return link;
+    return pairOf(this.#links, peer, this);
   }
 
   /**

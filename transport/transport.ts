@@ -68,3 +68,26 @@ export interface Transport extends AsyncDisposable {
   /** Closes every connection. */
   close(): Promise<void>;
 }
+
+/**
+ * The pair with `peer` among a transport's pairs (indexed by rank, none at this rank's own index).
+ *
+ * @param pairs The pairs by peer rank.
+ * @param peer The peer asked for.
+ * @param transport This rank and the number of ranks, for the message.
+ * @returns The pair.
+ * @throws {RangeError} If `peer` is this rank or out of range.
+ */
+export function pairOf<P extends Pair>(
+  pairs: readonly (P | undefined)[],
+  peer: number,
+  transport: { readonly rank: number; readonly size: number },
+): P {
+  const pair = Number.isInteger(peer) ? pairs[peer] : undefined;
+  if (pair === undefined) {
+    throw new RangeError(
+      `Expected a peer rank in 0..${transport.size - 1} other than ${transport.rank}, found ${peer}`,
+    );
+  }
+  return pair;
+}
