@@ -17,7 +17,8 @@ import { TcpStore } from "../../store/tcp_store.ts";
 import { RdmaTransport } from "../../transport/rdma.ts";
 import { gatedTest, type GateOptions } from "../_util/skip.ts";
 import { descriptor, firstWrongByte, indexOf, MESSAGE_SIZES } from "./_fixtures/_pattern.ts";
-import { type RdmaSuite, rdmaTransportCases, settledWithin } from "./_rdma_cases.ts";
+import { type RdmaSuite, rdmaTransportCases } from "./_rdma_cases.ts";
+import { settledWithin } from "./_transport_cases.ts";
 
 const FIXTURE = new URL("./_fixtures/rdma_rank.ts", import.meta.url).pathname;
 

@@ -15,106 +15,19 @@ import {
   writeAll,
 } from "../../transport/_tcp_wire.ts";
 import { TcpTransport, type TcpTransportOptions } from "../../transport/tcp.ts";
-import { descriptor, fillPattern, firstWrongByte, indexOf, MESSAGE_SIZES } from "./_fixtures/_pattern.ts";
+import { descriptor, firstWrongByte, indexOf, MESSAGE_SIZES } from "./_fixtures/_pattern.ts";
+import { message, settledWithin, transportCases, type TransportSuite, world } from "./_transport_cases.ts";
 
 const FIXTURE = new URL("./_fixtures/tcp_rank.ts", import.meta.url).pathname;
 
-/** A world of `size` TcpTransports in this process, each on its own sockets, rendezvoused in memory. */
-async function world(
-  size: number,
-  options: Partial<TcpTransportOptions> = {},
-): Promise<{ ranks: TcpTransport[]; store: MemoryStore } & AsyncDisposable> {
-  const store = new MemoryStore({ timeoutMs: 10_000 });
-  const ranks = await Promise.all(
-    Array.from(
-      { length: size },
-      (_, rank) => TcpTransport.connect(store, { timeoutMs: 10_000, ...options, rank, size }),
-    ),
-  );
-  return {
-    ranks,
-    store,
-    async [Symbol.asyncDispose](): Promise<void> {
-      await Promise.all(ranks.map((t) => t.close()));
-      await store.close();
-    },
-  };
-}
-
-function message(bytes: number, seed: number): Uint8Array {
-  const payload = new Uint8Array(bytes);
-  fillPattern(payload, seed);
-  return payload;
-}
-
-/** Resolves with `promise`'s settled state, or "pending" if it is still pending after `ms`. */
-async function settledWithin<T>(promise: Promise<T>, ms: number): Promise<T | "pending"> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const late = new Promise<"pending">((resolve) => timer = setTimeout(() => resolve("pending"), ms));
-  try {
-    return await Promise.race([promise, late]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-for (const size of [1, 2, 3, 5]) {
-  Deno.test(`TcpTransport.connect() forms a full mesh of ${size} rank${size > 1 ? "s" : ""}`, async () => {
-    await using w = await world(size);
-    for (const t of w.ranks) {
-      assert.equal(t.kind, "tcp");
-      assert.throws(() => t.pair(t.rank), RangeError);
-      assert.throws(() => t.pair(size), RangeError);
-    }
-    // Every rank sends every other rank a message naming both; everyone receives from everyone.
-    await Promise.all(w.ranks.flatMap((t) =>
-      w.ranks.filter((u) => u !== t).flatMap((u) => {
-        const got = new Uint8Array(1000);
-        return [
-          t.pair(u.rank).send(descriptor(t.rank * 100 + u.rank), message(1000, t.rank * 100 + u.rank)),
-          u.pair(t.rank).recv(got).then((desc) => {
-            assert.equal(indexOf(desc), t.rank * 100 + u.rank);
-            assert.equal(firstWrongByte(got, t.rank * 100 + u.rank), -1);
-          }),
-        ];
-      })
-    ));
-  });
-}
-
-Deno.test("TcpTransport delivers many messages of every size in order, posted before or after arrival", async () => {
-  await using w = await world(2);
-  const [a, b] = w.ranks;
-  // Round 1: every receive posted before the data arrives (payloads land straight in the views).
-  // Round 2: every message sent (and queued by the reader) before its receive is posted.
-  for (const round of [1, 2]) {
-    const received = MESSAGE_SIZES.map((bytes) => new Uint8Array(bytes));
-    const recvAll = (): Promise<Uint8Array[]> => Promise.all(received.map((into) => b.pair(0).recv(into)));
-    const early = round === 1 ? recvAll() : undefined;
-    await Promise.all(
-      MESSAGE_SIZES.map((bytes, i) => a.pair(1).send(descriptor(i), message(bytes, i + round))),
-    );
-    const descs = await (early ?? recvAll());
-    descs.forEach((desc, i) => {
-      assert.equal(indexOf(desc), i);
-      assert.equal(firstWrongByte(received[i], i + round), -1, `message ${i} of ${MESSAGE_SIZES[i]} bytes`);
-    });
-  }
-});
-
-Deno.test("TcpTransport lets two ranks both send 8 MiB before either receives", async () => {
-  await using w = await world(2);
-  const [a, b] = w.ranks;
-  const bytes = 8 << 20; // far above the kernel's socket buffers: only the reader loops can make room
-  await Promise.all([
-    a.pair(1).send(descriptor(0), message(bytes, 1)),
-    b.pair(0).send(descriptor(0), message(bytes, 2)),
-  ]);
-  const [atA, atB] = [new Uint8Array(bytes), new Uint8Array(bytes)];
-  await Promise.all([a.pair(1).recv(atA), b.pair(0).recv(atB)]);
-  assert.equal(firstWrongByte(atA, 2), -1);
-  assert.equal(firstWrongByte(atB, 1), -1);
-});
+const TCP: TransportSuite<TcpTransportOptions> = {
+  name: "TcpTransport",
+  kind: "tcp",
+  label: "",
+  connect: (store, options) => TcpTransport.connect(store, options),
+  neverCame: (rank) => `rank ${rank} never connected`,
+};
+transportCases(TCP);
 
 Deno.test("TcpTransport stripes a big message over socketsPerPeer 3 sockets in order", async () => {
   const bytes = (8 << 20) + 5;
@@ -123,7 +36,7 @@ Deno.test("TcpTransport stripes a big message over socketsPerPeer 3 sockets in o
   assert.deepEqual([ranges[0][0], ranges[2][1]], [0, bytes]);
   assert.ok(ranges.every(([, end], i) => i === 2 || ranges[i + 1][0] === end), "contiguous");
   assert.equal(stripes(1 << 20, 3).length, 1);
-  await using w = await world(2, { socketsPerPeer: 3 });
+  await using w = await world(TCP, 2, { socketsPerPeer: 3 });
   const [a, b] = w.ranks;
   const sizes = [bytes, 5, 3 << 20, 0, bytes];
   const into = sizes.map((n) => new Uint8Array(n));
@@ -156,115 +69,6 @@ Deno.test("TcpTransport.connect() fails fast on both ranks when socketsPerPeer d
   ]);
 });
 
-Deno.test("TcpTransport.recv() runs check() on the descriptor before the payload lands", async () => {
-  await using w = await world(2);
-  const [a, b] = w.ranks;
-  const into = new Uint8Array(100_000);
-  let seen: { index: number; bytes: number; untouched: boolean } | undefined;
-  const got = b.pair(0).recv(into, (desc, bytes) => {
-    seen = { index: indexOf(desc), bytes, untouched: into.every((x) => x === 0) };
-  });
-  await a.pair(1).send(descriptor(7), message(100_000, 7));
-  await got;
-  assert.deepEqual(seen, { index: 7, bytes: 100_000, untouched: true });
-  assert.equal(firstWrongByte(into, 7), -1);
-});
-
-Deno.test("TcpTransport fails on every rank when a recv check throws", async () => {
-  await using w = await world(3);
-  const [a, b, c] = w.ranks;
-  const refused = new TransportError(
-    "Collective mismatch: rank 0 sent allReduce #4, rank 1 expected broadcast #4",
-  );
-  const into = new Uint8Array(64);
-  const recv = b.pair(0).recv(into, () => {
-    throw refused;
-  });
-  const pendingAtC = c.pair(0).recv(new Uint8Array(4));
-  pendingAtC.catch(() => {}); // asserted below; must not count as unhandled meanwhile
-  await a.pair(1).send(descriptor(4), message(64, 4));
-  await assert.rejects(recv, (e) => e === refused);
-  assert.equal(await b.failed, refused);
-  assert.ok(into.every((x) => x === 0), "no payload byte reached the refused view");
-  for (const t of [a, c]) {
-    const error = await t.failed;
-    assert.ok(error instanceof TransportError);
-    assert.match(error.message, /Rank 1 aborted: Collective mismatch/);
-  }
-  await assert.rejects(pendingAtC, TransportError);
-  const atA = await a.failed;
-  await assert.rejects(a.pair(2).send(descriptor(0), new Uint8Array(1)), (e) => e === atA);
-});
-
-Deno.test("TcpTransport fails with both lengths when a message does not fit the receive view", async () => {
-  await using w = await world(2);
-  const [a, b] = w.ranks;
-  const recv = b.pair(0).recv(new Uint8Array(10));
-  await a.pair(1).send(descriptor(0), new Uint8Array(12));
-  await assert.rejects(recv, (e: Error) => {
-    assert.ok(e instanceof TransportError);
-    assert.equal(e.message, "Rank 0 sent a message of 12 bytes but rank 1 expected 10");
-    assert.equal(e.peer, 0);
-    return true;
-  });
-  assert.match((await a.failed).message, /^Rank 1 aborted: Rank 0 sent a message of 12 bytes/);
-});
-
-Deno.test("TcpTransport.abort() gives every peer the reason and fails every pending operation", async () => {
-  await using w = await world(3);
-  const [a, b, c] = w.ranks;
-  // Pending operations on pairs that do not even involve the aborting rank fail too.
-  const atA = a.pair(2).recv(new Uint8Array(8));
-  const atC = c.pair(0).recv(new Uint8Array(8));
-  const atB = b.pair(0).recv(new Uint8Array(8));
-  const reason = new Error("Out of memory while allocating the gradient bucket");
-  b.abort(reason);
-  b.abort(new Error("A second abort is ignored"));
-  await assert.rejects(atB, (e) => e === reason);
-  assert.equal(await b.failed, reason);
-  for (const [t, pending] of [[a, atA], [c, atC]] as const) {
-    const error = await t.failed;
-    assert.ok(error instanceof TransportError);
-    assert.match(error.message, /Rank 1 aborted: Out of memory while allocating the gradient bucket/);
-    await assert.rejects(pending, (e) => e === error);
-    await assert.rejects(t.pair(1).send(descriptor(0), new Uint8Array(1)), (e) => e === error);
-    await assert.rejects(t.pair(1).recv(new Uint8Array(1)), (e) => e === error);
-  }
-});
-
-Deno.test("TcpTransport.close() writes the sends made before it and leaves idle peers working", async () => {
-  await using w = await world(3);
-  const [a, b, c] = w.ranks;
-  const sends = [0, 1, 2].map((i) => a.pair(1).send(descriptor(i), message(100_000 * i, i)));
-  await a.close();
-  await Promise.all(sends);
-  for (const i of [0, 1, 2]) {
-    const into = new Uint8Array(100_000 * i);
-    assert.equal(indexOf(await b.pair(0).recv(into)), i);
-    assert.equal(firstWrongByte(into, i), -1);
-  }
-  await assert.rejects(a.pair(1).send(descriptor(0), new Uint8Array(1)), /it was closed/);
-  const failures = Promise.race([b.failed, c.failed]).then((e) => e.message);
-  assert.equal(await settledWithin(failures, 200), "pending");
-  const got = new Uint8Array(2);
-  await Promise.all([b.pair(2).send(descriptor(0), new Uint8Array([5, 6])), c.pair(1).recv(got)]);
-  assert.deepEqual([...got], [5, 6]);
-  await assert.rejects(b.pair(0).send(descriptor(0), new Uint8Array(1)), /Cannot send to rank 0: it closed/);
-});
-
-Deno.test("TcpTransport fails a rank still waiting for a message from a peer that closed", async () => {
-  await using w = await world(2);
-  const [a, b] = w.ranks;
-  const waiting = b.pair(0).recv(new Uint8Array(1));
-  await a.close();
-  const error = await b.failed;
-  assert.equal(
-    error.message,
-    "Cannot receive from rank 0: it closed its transport while rank 1 still used it",
-  );
-  await assert.rejects(waiting, (e) => e === error);
-});
-
 Deno.test("TcpTransport.connect() refuses stray connections while the mesh forms", async () => {
   const store = new MemoryStore({ timeoutMs: 10_000 });
   const rank0 = TcpTransport.connect(store, { rank: 0, size: 2, timeoutMs: 10_000 });
@@ -292,28 +96,11 @@ Deno.test("TcpTransport.connect() refuses stray connections while the mesh forms
   await store.close();
 });
 
-Deno.test("TcpTransport.connect() times out naming the rank that never showed up", async () => {
-  const store = new MemoryStore();
-  const started = performance.now();
-  const results = await Promise.allSettled(
-    [0, 1].map((rank) => TcpTransport.connect(store, { rank, size: 3, timeoutMs: 400 })),
-  );
-  assert.ok(performance.now() - started < 3_000);
-  for (const [rank, r] of results.entries()) {
-    assert.equal(r.status, "rejected");
-    const error = (r as PromiseRejectedResult).reason;
-    assert.ok(error instanceof TimeoutError, String(error));
-    assert.equal(
-      error.message,
-      `Cannot connect rank ${rank} of 3 within 400 ms: missing rank 2: rank 2 never connected`,
-    );
-  }
-  // A rank whose lower peers never came names what it waited for.
+Deno.test("TcpTransport.connect() times out naming what a rank whose lower peers never came waited for", async () => {
   await using empty = new MemoryStore();
   const alone = await TcpTransport.connect(empty, { rank: 2, size: 3, timeoutMs: 300 }).catch((e) => e);
   assert.ok(alone instanceof TimeoutError);
   assert.match(alone.message, /missing ranks 0, 1: rank 0 never published the world token/);
-  await store.close();
 });
 
 Deno.test("TcpTransport fails when a peer sends a malformed frame header", async () => {
