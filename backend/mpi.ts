@@ -289,26 +289,16 @@ export class MpiProcessGroup implements ProcessGroup {
       const mpiOp = this.#rt.op(dtype, op);
       const dt = MPI_DATATYPE[dtype];
       const comm = this.#handle();
-      return {
-        collective: "allReduce",
-        what: () => this.#describe(what, n, dtype),
+      return this.#chunked(
+        tensor,
+        "allReduce",
+        "MPI_Iallreduce",
+        () => this.#describe(what, n, dtype),
         options,
-        bytes: tensor.byteLength,
-        keep: [tensor],
-        chunks: Math.max(1, Math.ceil(n / CHUNK)),
-        call: "MPI_Iallreduce",
-        issue: (i, req) =>
-          this.#rt.mpi.MPI_Iallreduce(
-            constantPointers().inPlace,
-            pointerOf(tensor, i * CHUNK),
-            Math.min(CHUNK, n - i * CHUNK),
-            dt,
-            mpiOp,
-            comm,
-            req,
-          ),
-        finish: op === "avg" ? () => this.#divide(tensor, dtype) : undefined,
-      };
+        (p, count, req) =>
+          this.#rt.mpi.MPI_Iallreduce(constantPointers().inPlace, p, count, dt, mpiOp, comm, req),
+        { finish: op === "avg" ? () => this.#divide(tensor, dtype) : undefined },
+      );
     });
   }
 
@@ -331,24 +321,14 @@ export class MpiProcessGroup implements ProcessGroup {
     return this.#start(() => {
       const dt = MPI_DATATYPE[dtype];
       const comm = this.#handle();
-      return {
-        collective: "broadcast",
-        what: () => this.#describe(what, n, dtype, `from root ${root}`),
+      return this.#chunked(
+        tensor,
+        "broadcast",
+        "MPI_Ibcast",
+        () => this.#describe(what, n, dtype, `from root ${root}`),
         options,
-        bytes: tensor.byteLength,
-        keep: [tensor],
-        chunks: Math.max(1, Math.ceil(n / CHUNK)),
-        call: "MPI_Ibcast",
-        issue: (i, req) =>
-          this.#rt.mpi.MPI_Ibcast(
-            pointerOf(tensor, i * CHUNK),
-            Math.min(CHUNK, n - i * CHUNK),
-            dt,
-            root,
-            comm,
-            req,
-          ),
-      };
+        (p, count, req) => this.#rt.mpi.MPI_Ibcast(p, count, dt, root, comm, req),
+      );
     });
   }
 
@@ -374,24 +354,19 @@ export class MpiProcessGroup implements ProcessGroup {
       const mpiOp = this.#rt.op(dtype, op);
       const dt = MPI_DATATYPE[dtype];
       const comm = this.#handle();
-      return {
-        collective: "reduce",
-        what: () => this.#describe(what, n, dtype, `to root ${root}`),
+      return this.#chunked(
+        tensor,
+        "reduce",
+        "MPI_Ireduce",
+        () => this.#describe(what, n, dtype, `to root ${root}`),
         options,
-        bytes: tensor.byteLength,
-        keep: [tensor],
-        chunks: Math.max(1, Math.ceil(n / CHUNK)),
-        call: "MPI_Ireduce",
-        issue: (i, req) => {
-          const p = pointerOf(tensor, i * CHUNK);
-          const count = Math.min(CHUNK, n - i * CHUNK);
-          // The receive buffer matters at the root only; elsewhere the tensor is only read.
-          return atRoot
+        // The receive buffer matters at the root only; elsewhere the tensor is only read.
+        (p, count, req) =>
+          atRoot
             ? this.#rt.mpi.MPI_Ireduce(constantPointers().inPlace, p, count, dt, mpiOp, root, comm, req)
-            : this.#rt.mpi.MPI_Ireduce(p, constantPointers().empty, count, dt, mpiOp, root, comm, req);
-        },
-        finish: op === "avg" && atRoot ? () => this.#divide(tensor, dtype) : undefined,
-      };
+            : this.#rt.mpi.MPI_Ireduce(p, constantPointers().empty, count, dt, mpiOp, root, comm, req),
+        { finish: op === "avg" && atRoot ? () => this.#divide(tensor, dtype) : undefined },
+      );
     });
   }
 
@@ -566,25 +541,14 @@ export class MpiProcessGroup implements ProcessGroup {
     return this.#start(() => {
       const dt = MPI_DATATYPE[dtype];
       const comm = this.#handle();
-      return {
-        collective: "send",
-        what: () => this.#describe(what, n, dtype, `to rank ${peer}`),
+      return this.#chunked(
+        tensor,
+        "send",
+        "MPI_Isend",
+        () => this.#describe(what, n, dtype, `to rank ${peer}`),
         options,
-        bytes: tensor.byteLength,
-        keep: [tensor],
-        chunks: Math.max(1, Math.ceil(n / CHUNK)),
-        call: "MPI_Isend",
-        issue: (i, req) =>
-          this.#rt.mpi.MPI_Isend(
-            pointerOf(tensor, i * CHUNK),
-            Math.min(CHUNK, n - i * CHUNK),
-            dt,
-            peer,
-            TAG,
-            comm,
-            req,
-          ),
-      };
+        (p, count, req) => this.#rt.mpi.MPI_Isend(p, count, dt, peer, TAG, comm, req),
+      );
     });
   }
 
@@ -607,28 +571,27 @@ export class MpiProcessGroup implements ProcessGroup {
     return this.#start(() => {
       const dt = MPI_DATATYPE[dtype];
       const comm = this.#handle();
-      const count = new Int32Array(1);
       const expected = (i: number): number => Math.min(CHUNK, n - i * CHUNK);
-      return {
-        collective: "recv",
-        what: () => this.#describe(what, n, dtype, `from rank ${peer}`),
+      return this.#chunked(
+        tensor,
+        "recv",
+        "MPI_Irecv",
+        () => this.#describe(what, n, dtype, `from rank ${peer}`),
         options,
-        bytes: tensor.byteLength,
-        keep: [tensor],
-        chunks: Math.max(1, Math.ceil(n / CHUNK)),
-        call: "MPI_Irecv",
-        cancellable: true,
-        issue: (i, req) =>
-          this.#rt.mpi.MPI_Irecv(pointerOf(tensor, i * CHUNK), expected(i), dt, peer, TAG, comm, req),
-        onRequestDone: (i, status) => {
-          check(this.#rt.mpi.MPI_Get_count(status, dt, count), "MPI_Get_count");
-          if (count[0] !== expected(i)) {
-            throw new MismatchError(
-              `Cannot recv: rank ${peer} sent ${count[0]} ${dtype} but this rank expected ${expected(i)}`,
-            );
-          }
+        (p, count, req) => this.#rt.mpi.MPI_Irecv(p, count, dt, peer, TAG, comm, req),
+        {
+          cancellable: true,
+          onRequestDone: (i, status) => {
+            const count = this.#rt.scratchInt;
+            check(this.#rt.mpi.MPI_Get_count(status, dt, count), "MPI_Get_count");
+            if (count[0] !== expected(i)) {
+              throw new MismatchError(
+                `Cannot recv: rank ${peer} sent ${count[0]} ${dtype} but this rank expected ${expected(i)}`,
+              );
+            }
+          },
         },
-      };
+      );
     });
   }
 
@@ -817,6 +780,35 @@ export class MpiProcessGroup implements ProcessGroup {
     }
     this.#pending++;
     return new Work(rt.poller.track(spec, t0));
+  }
+
+  /**
+   * The call of a collective over one tensor, issued in chunks of at most 2^30 elements (a C int count).
+   *
+   * @param issue Starts chunk `chunk`: `count` elements at `pointer`, its request in `request`.
+   * @param extra What only some calls have.
+   */
+  #chunked(
+    tensor: Tensor,
+    collective: string,
+    call: string,
+    what: () => string,
+    options: CallOptions,
+    issue: (pointer: Deno.PointerObject, count: number, request: Int32Array, chunk: number) => number,
+    extra: Pick<Call, "finish" | "cancellable" | "onRequestDone"> = {},
+  ): Call {
+    const n = tensor.length;
+    return {
+      collective,
+      what,
+      options,
+      bytes: tensor.byteLength,
+      keep: [tensor],
+      chunks: Math.max(1, Math.ceil(n / CHUNK)),
+      call,
+      issue: (i, req) => issue(pointerOf(tensor, i * CHUNK), Math.min(CHUNK, n - i * CHUNK), req, i),
+      ...extra,
+    };
   }
 
   #settled(): void {

@@ -100,6 +100,11 @@ export class MpiRuntime {
   #ops = new Map<string, { op: Int32Array; callback: Deno.UnsafeCallback<typeof MPI_USER_FUNCTION> }>();
   #native = new Map<string, boolean>();
   #callbackError: unknown;
+  /**
+   * An int for MPI to write into (e.g. `MPI_Get_count`), read right after the call: one for the whole
+   * runtime, as a small TypedArray costs about a microsecond to allocate in Deno.
+   */
+  readonly scratchInt: Int32Array = new Int32Array(1);
 
   private constructor(library: MpiLibrary, k: Kernels, ownsInit: boolean, options: RuntimeOptions) {
     this.library = library;
