@@ -1,8 +1,10 @@
 /**
- * The compression rows of `deno task bench:kernels`: each runs a kernel of `CompressionKernels` on arrays
- * allocated in wasm memory (in place, no staging) and its TypeScript reference on plain JS arrays holding
- * the same data, a gradient-like 64 MiB float32 input. Keep the names, sizes, block sizes, k and byte
- * counts in step with `native/compress_bench.c`, which prints the native C rows.
+ * The compression rows of `deno task bench:kernels`. Each row allocates its arrays in wasm memory once and
+ * builds one closure over them, `run(k)`, that it calls with two bindings of the same wrapper class
+ * `CompressionKernels`: one over the WASM module (the WASM column) and one over the native module of
+ * `_native_kernels.ts` (the native column), whose C functions work on the very same wasm-memory arrays (in
+ * place, no staging). The TypeScript reference runs on plain JS arrays holding the same data, a
+ * gradient-like 64 MiB float32 input.
  *
  * | row | input | bytes counted (read + written) |
  * |---|---|---|
@@ -18,7 +20,7 @@
 import { CompressionKernels } from "../wasm/compress.ts";
 import * as reference from "../wasm/compress_reference.ts";
 import type { KernelModule, TypedArrayConstructor, WasmHeap } from "../wasm/loader.ts";
-import type { KernelCase, KernelRuns } from "./_kernel_case.ts";
+import { bindNative, type KernelCase, type KernelRuns } from "./_kernel_case.ts";
 
 /** Bytes of the float32 input of every row. */
 export const INPUT_BYTES = 64 << 20;
@@ -36,7 +38,7 @@ const SIGN_SCALES = Math.ceil(N / SIGN_BLOCK);
 
 /**
  * A gradient-like input: the sum of four uniforms in [-0.5, 0.5) (roughly normal) times 1e-3, from a
- * xorshift32 stream; the same floats as `fill` in native/compress_bench.c for the same seed.
+ * xorshift32 stream.
  */
 function fill(x: Float32Array, seed: number): void {
   let s = seed >>> 0;
@@ -54,8 +56,9 @@ function fill(x: Float32Array, seed: number): void {
   }
 }
 
-/** Reserves arrays in wasm memory; each getter returns a view that is valid when it is called (memory
- * growth, as the first top-k call's scratch causes, detaches earlier views). */
+/** Reserves arrays in wasm memory, zeroed (not what an earlier row left there); each getter returns a view
+ * that is valid when it is called (memory growth, as the first top-k call's scratch causes, detaches
+ * earlier views). */
 class WasmArrays {
   #heap: WasmHeap;
 
@@ -68,7 +71,8 @@ class WasmArrays {
     ctor: TypedArrayConstructor<T>,
     length: number,
   ): () => T {
-    const heap = this.#heap, ptr = heap.alloc(length * ctor.BYTES_PER_ELEMENT);
+    const heap = this.#heap, bytes = length * ctor.BYTES_PER_ELEMENT, ptr = heap.alloc(bytes);
+    heap.bytes().fill(0, ptr, ptr + bytes);
     let view: T | undefined;
     return () => {
       if (view === undefined || view.buffer !== heap.memory.buffer) view = heap.view(ctor, ptr, length);
@@ -77,12 +81,11 @@ class WasmArrays {
   }
 }
 
+/** An array a compression kernel reads or writes. */
+type Arr = Float32Array | Int8Array | Uint8Array | Uint32Array;
+
 /** Throws unless two arrays hold the same bits (any NaN equal to any NaN). */
-function same(
-  what: string,
-  got: Float32Array | Int8Array | Uint8Array | Uint32Array,
-  want: typeof got,
-): void {
+function same(what: string, got: Arr, want: Arr): void {
   if (got.length !== want.length) throw new Error(`${what}: ${got.length} elements, expected ${want.length}`);
   const g = new Uint8Array(got.buffer, got.byteOffset, got.byteLength);
   const w = new Uint8Array(want.buffer, want.byteOffset, want.byteLength);
@@ -99,91 +102,109 @@ function same(
   }
 }
 
-/** A row named after its method, on float32 input. */
-function row(
-  name: string,
-  bytes: number,
-  setup: (k: CompressionKernels, arrays: WasmArrays) => KernelRuns,
-): KernelCase {
+/** What a row's setup returns. */
+interface RowRuns {
+  /** One call of the kernel through `k` (the WASM or the native binding) on the wasm-memory arrays. */
+  run(k: CompressionKernels): void;
+  /** One call of the TypeScript loop on the JS arrays. */
+  ts(): void;
+  /**
+   * Every wasm-memory array the kernel writes: what it is, its getter, and the JS array the TypeScript loop
+   * writes in its place.
+   */
+  outputs: [string, () => Arr, Arr][];
+}
+
+/** The bytes of an array. */
+function bytesOf(a: Arr): Uint8Array {
+  return new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+}
+
+/**
+ * A row named after its method, on float32 input: `setup` fills the arrays; the written ones (`outputs`)
+ * are copied then, so that `reset` can put them back before a checked call.
+ */
+function row(name: string, bytes: number, setup: (arrays: WasmArrays) => RowRuns): KernelCase {
   return {
     name,
     dtype: "float32",
     bytes,
-    setup(module: KernelModule): KernelRuns {
-      return setup(new CompressionKernels(module), new WasmArrays(module.heap));
+    setup(module: KernelModule, native?: KernelModule): KernelRuns {
+      const wasmK = new CompressionKernels(module);
+      const nativeK = bindNative(native, (m) => new CompressionKernels(m));
+      const { run, ts, outputs } = setup(new WasmArrays(module.heap));
+      const first = outputs.map(([, got]) => bytesOf(got()).slice());
+      return {
+        wasm: () => run(wasmK),
+        native: nativeK === undefined ? undefined : () => run(nativeK),
+        ts,
+        reset(): void {
+          outputs.forEach(([, got], i) => bytesOf(got()).set(first[i]));
+        },
+        check(): void {
+          for (const [what, got, want] of outputs) same(what, got(), want);
+        },
+      };
     },
   };
 }
 
 /** Quantizes the gradient to int8, one scale per 256 elements. */
 function quantizeRow(): KernelCase {
-  return row("quantizeInt8", 5 * N + 4 * INT8_SCALES, (k, arrays) => {
+  return row("quantizeInt8", 5 * N + 4 * INT8_SCALES, (arrays) => {
     const src = arrays.add(Float32Array, N), q = arrays.add(Int8Array, N);
     const scales = arrays.add(Float32Array, INT8_SCALES);
     fill(src(), 1);
     const tSrc = src().slice(), tQ = new Int8Array(N), tScales = new Float32Array(INT8_SCALES);
     return {
-      wasm: () => void k.quantizeInt8(src(), { blockSize: INT8_BLOCK, q: q(), scales: scales() }),
+      run: (k) => void k.quantizeInt8(src(), { blockSize: INT8_BLOCK, q: q(), scales: scales() }),
       ts: () => void reference.quantizeInt8Reference(tSrc, { blockSize: INT8_BLOCK, q: tQ, scales: tScales }),
-      check(): void {
-        same("quantizeInt8 q", q(), tQ);
-        same("quantizeInt8 scales", scales(), tScales);
-      },
+      outputs: [["quantizeInt8 q", q, tQ], ["quantizeInt8 scales", scales, tScales]],
     };
   });
 }
 
 /** Dequantizes the int8 gradient back to float32 (overwriting). */
 function dequantizeRow(): KernelCase {
-  return row("dequantizeInt8", 5 * N + 4 * INT8_SCALES, (k, arrays) => {
+  return row("dequantizeInt8", 5 * N + 4 * INT8_SCALES, (arrays) => {
     const q = arrays.add(Int8Array, N), scales = arrays.add(Float32Array, INT8_SCALES);
     const dst = arrays.add(Float32Array, N);
     fill(dst(), 2);
     reference.quantizeInt8Reference(dst(), { blockSize: INT8_BLOCK, q: q(), scales: scales() });
     const packed = { q: q().slice(), scales: scales().slice() }, tDst = new Float32Array(N);
     return {
-      wasm: () => k.dequantizeInt8({ q: q(), scales: scales() }, dst(), { blockSize: INT8_BLOCK }),
+      run: (k) => k.dequantizeInt8({ q: q(), scales: scales() }, dst(), { blockSize: INT8_BLOCK }),
       ts: () => reference.dequantizeInt8Reference(packed, tDst, { blockSize: INT8_BLOCK }),
-      check: () => same("dequantizeInt8", dst(), tDst),
+      outputs: [["dequantizeInt8", dst, tDst]],
     };
   });
 }
 
-/** One step of 1-bit compression with error feedback; the check reruns both sides from one residual. */
+/** One step of 1-bit compression with error feedback (each call feeds the residual of the last one). */
 function signCompressRow(): KernelCase {
-  return row("signCompress", 12 * N + N / 8 + 4 * SIGN_SCALES, (k, arrays) => {
+  return row("signCompress", 12 * N + N / 8 + 4 * SIGN_SCALES, (arrays) => {
     const g = arrays.add(Float32Array, N), e = arrays.add(Float32Array, N);
     const bits = arrays.add(Uint8Array, N / 8), scales = arrays.add(Float32Array, SIGN_SCALES);
     fill(g(), 3);
     fill(e(), 4);
-    const e0 = e().slice();
-    const tG = g().slice(),
-      tE = e0.slice(),
-      tBits = new Uint8Array(N / 8),
-      tScales = new Float32Array(SIGN_SCALES);
-    const wasm = () =>
-      void k.signCompress(g(), e(), { blockSize: SIGN_BLOCK, bits: bits(), scales: scales() });
-    const ts = () =>
-      void reference.signCompressReference(tG, tE, { blockSize: SIGN_BLOCK, bits: tBits, scales: tScales });
+    const tG = g().slice(), tE = e().slice(), tBits = new Uint8Array(N / 8);
+    const tScales = new Float32Array(SIGN_SCALES);
     return {
-      wasm,
-      ts,
-      check(): void {
-        e().set(e0);
-        tE.set(e0);
-        wasm();
-        ts();
-        same("signCompress bits", bits(), tBits);
-        same("signCompress scales", scales(), tScales);
-        same("signCompress residual", e(), tE);
-      },
+      run: (k) => void k.signCompress(g(), e(), { blockSize: SIGN_BLOCK, bits: bits(), scales: scales() }),
+      ts: () =>
+        void reference.signCompressReference(tG, tE, { blockSize: SIGN_BLOCK, bits: tBits, scales: tScales }),
+      outputs: [
+        ["signCompress bits", bits, tBits],
+        ["signCompress scales", scales, tScales],
+        ["signCompress residual", e, tE],
+      ],
     };
   });
 }
 
 /** Expands sign bits to ±scale (overwriting). */
 function signDecompressRow(): KernelCase {
-  return row("signDecompress", N / 8 + 4 * SIGN_SCALES + 4 * N, (k, arrays) => {
+  return row("signDecompress", N / 8 + 4 * SIGN_SCALES + 4 * N, (arrays) => {
     const bits = arrays.add(Uint8Array, N / 8), scales = arrays.add(Float32Array, SIGN_SCALES);
     const dst = arrays.add(Float32Array, N);
     fill(dst(), 5);
@@ -194,52 +215,40 @@ function signDecompressRow(): KernelCase {
     });
     const packed = { bits: bits().slice(), scales: scales().slice() }, tDst = new Float32Array(N);
     return {
-      wasm: () => k.signDecompress({ bits: bits(), scales: scales() }, dst(), { blockSize: SIGN_BLOCK }),
+      run: (k) => k.signDecompress({ bits: bits(), scales: scales() }, dst(), { blockSize: SIGN_BLOCK }),
       ts: () => reference.signDecompressReference(packed, tDst, { blockSize: SIGN_BLOCK }),
-      check: () => same("signDecompress", dst(), tDst),
+      outputs: [["signDecompress", dst, tDst]],
     };
   });
 }
 
 /** The 1% largest magnitudes. */
 function topKRow(): KernelCase {
-  return row("topK", 4 * N + 8 * TOPK_K, (k, arrays) => {
+  return row("topK", 4 * N + 8 * TOPK_K, (arrays) => {
     const src = arrays.add(Float32Array, N);
     const indices = arrays.add(Uint32Array, TOPK_K), values = arrays.add(Float32Array, TOPK_K);
     fill(src(), 6);
     const tSrc = src().slice(), tIndices = new Uint32Array(TOPK_K), tValues = new Float32Array(TOPK_K);
     return {
-      wasm: () => void k.topK(src(), TOPK_K, { indices: indices(), values: values() }),
+      run: (k) => void k.topK(src(), TOPK_K, { indices: indices(), values: values() }),
       ts: () => void reference.topKReference(tSrc, TOPK_K, { indices: tIndices, values: tValues }),
-      check(): void {
-        same("topK indices", indices(), tIndices);
-        same("topK values", values(), tValues);
-      },
+      outputs: [["topK indices", indices, tIndices], ["topK values", values, tValues]],
     };
   });
 }
 
-/** Adds the top-k of a gradient (ascending indices) into a dense accumulator; the check restarts both. */
+/** Adds the top-k of a gradient (ascending indices) into a dense accumulator (each call adds again). */
 function scatterAddRow(): KernelCase {
-  return row("scatterAdd", 16 * TOPK_K, (k, arrays) => {
+  return row("scatterAdd", 16 * TOPK_K, (arrays) => {
     const dst = arrays.add(Float32Array, N);
     const indices = arrays.add(Uint32Array, TOPK_K), values = arrays.add(Float32Array, TOPK_K);
     fill(dst(), 7);
     reference.topKReference(dst(), TOPK_K, { indices: indices(), values: values() });
-    const dst0 = dst().slice();
-    const sparse = { indices: indices().slice(), values: values().slice() }, tDst = dst0.slice();
-    const wasm = () => k.scatterAdd(dst(), { indices: indices(), values: values() });
-    const ts = () => reference.scatterAddReference(tDst, sparse);
+    const sparse = { indices: indices().slice(), values: values().slice() }, tDst = dst().slice();
     return {
-      wasm,
-      ts,
-      check(): void {
-        dst().set(dst0);
-        tDst.set(dst0);
-        wasm();
-        ts();
-        same("scatterAdd", dst(), tDst);
-      },
+      run: (k) => k.scatterAdd(dst(), { indices: indices(), values: values() }),
+      ts: () => reference.scatterAddReference(tDst, sparse),
+      outputs: [["scatterAdd", dst, tDst]],
     };
   });
 }

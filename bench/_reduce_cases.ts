@@ -1,8 +1,10 @@
 /**
- * The rows of `deno task bench:kernels` for the reduction, cast and BLAS kernels: each runs the WASM
- * kernel on arrays allocated in wasm memory (in place, no staging) and the TypeScript reference on plain
- * JS arrays holding the same data. Every input array holds 64 MiB. Keep the names, dtypes, sizes and
- * byte counts in step with `native/reduce_bench.c`, which prints the native C rows.
+ * The rows of `deno task bench:kernels` for the reduction, cast and BLAS kernels. Each row allocates its
+ * arrays in wasm memory once and builds one closure over them, `run(k)`, that it calls with two bindings
+ * of the same wrapper class `Kernels`: one over the WASM module (the WASM column) and one over the native
+ * module of `_native_kernels.ts` (the native column), whose C functions work on the very same wasm-memory
+ * arrays (in place, no staging). The TypeScript reference runs on plain JS arrays holding the same data.
+ * Every input array holds 64 MiB.
  *
  * @module
  */
@@ -10,7 +12,7 @@ import { type DType, dtypeSize, type TypedArray } from "../core/dtype.ts";
 import { Kernels } from "../wasm/kernels.ts";
 import type { KernelModule, WasmHeap } from "../wasm/loader.ts";
 import * as reference from "../wasm/reference.ts";
-import type { KernelCase, KernelRuns } from "./_kernel_case.ts";
+import { bindNative, type KernelCase, type KernelRuns } from "./_kernel_case.ts";
 
 /** Bytes in each input array. */
 export const INPUT_BYTES = 64 << 20;
@@ -30,9 +32,13 @@ const STORAGE: Readonly<Record<DType, Ctor>> = {
   float64: Float64Array,
 };
 
-/** `count` arrays of `n` elements in wasm memory; the views are taken after the last allocation. */
+/**
+ * `count` arrays of `n` elements in wasm memory, zeroed (not what an earlier row left there); the views are
+ * taken after the last allocation.
+ */
 function wasmArrays(heap: WasmHeap, dtype: DType, n: number, count: number): TypedArray[] {
   const ptrs = Array.from({ length: count }, () => heap.alloc(n * dtypeSize(dtype)));
+  for (const p of ptrs) heap.bytes().fill(0, p, p + n * dtypeSize(dtype));
   return ptrs.map((p) => new STORAGE[dtype](heap.memory.buffer as ArrayBuffer, p, n));
 }
 
@@ -94,25 +100,37 @@ function sameBits(what: string, dtype: DType, got: TypedArray, want: TypedArray)
   }
 }
 
-/** A row whose WASM and TypeScript runs mutate `outputs` (checked against each other afterwards). */
-function row(
-  name: string,
-  dtype: DType,
-  bytes: number,
-  setup: (
-    k: Kernels,
-    heap: WasmHeap,
-  ) => { wasm(): void; ts(): void; pairs: [DType, TypedArray, TypedArray][] },
-): KernelCase {
+/** What a row's setup returns. */
+interface RowRuns {
+  /** One call of the kernel through `k` (the WASM or the native binding) on the wasm-memory arrays. */
+  run(k: Kernels): void;
+  /** One call of the TypeScript loop on the JS arrays. */
+  ts(): void;
+  /** Every wasm-memory array the kernel writes, with its dtype and the JS array the TypeScript loop writes. */
+  pairs: [DType, TypedArray, TypedArray][];
+}
+
+/**
+ * A row: `setup` fills the arrays; the written ones (`pairs`) are copied then, so that `reset` can put them
+ * back before a checked call.
+ */
+function row(name: string, dtype: DType, bytes: number, setup: (heap: WasmHeap) => RowRuns): KernelCase {
   return {
     name,
     dtype,
     bytes,
-    setup(module: KernelModule): KernelRuns {
-      const { wasm, ts, pairs } = setup(new Kernels(module), module.heap);
+    setup(module: KernelModule, native?: KernelModule): KernelRuns {
+      const wasmK = new Kernels(module), nativeK = bindNative(native, (m) => new Kernels(m));
+      const { run, ts, pairs } = setup(module.heap);
+      const bytesOf = (a: TypedArray) => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+      const first = pairs.map(([, got]) => bytesOf(got).slice());
       return {
-        wasm,
+        wasm: () => run(wasmK),
+        native: nativeK === undefined ? undefined : () => run(nativeK),
         ts,
+        reset(): void {
+          pairs.forEach(([, got], i) => bytesOf(got).set(first[i]));
+        },
         check(): void {
           for (const [dt, got, want] of pairs) sameBits(`${name} ${dtype}`, dt, got, want);
         },
@@ -124,13 +142,13 @@ function row(
 /** `dst = op(dst, src)` on 64 MiB arrays: reads 2 x 64 MiB, writes 64 MiB. */
 function reduceRow(dtype: DType, op: "sum" | "max"): KernelCase {
   const n = INPUT_BYTES / dtypeSize(dtype);
-  return row(`reduce.${op}`, dtype, 3 * INPUT_BYTES, (k, heap) => {
+  return row(`reduce.${op}`, dtype, 3 * INPUT_BYTES, (heap) => {
     const [dst, src] = wasmArrays(heap, dtype, n, 2);
     fill(dst, dtype, 1);
     fill(src, dtype, 2);
     const [tDst, tSrc] = [jsCopy(dst), jsCopy(src)];
     return {
-      wasm: () => k.reduce(dst, src, { op, dtype }),
+      run: (k) => k.reduce(dst, src, { op, dtype }),
       ts: () => reference.reduce(tDst, tSrc, { op, dtype }),
       pairs: [[dtype, dst, tDst]],
     };
@@ -140,12 +158,12 @@ function reduceRow(dtype: DType, op: "sum" | "max"): KernelCase {
 /** `dst = src0 + src1 + src2 + src3`: reads 4 x 64 MiB, writes 64 MiB. */
 function sum4Row(dtype: DType): KernelCase {
   const n = INPUT_BYTES / dtypeSize(dtype);
-  return row("reduceMany.sum4", dtype, 5 * INPUT_BYTES, (k, heap) => {
+  return row("reduceMany.sum4", dtype, 5 * INPUT_BYTES, (heap) => {
     const [dst, ...srcs] = wasmArrays(heap, dtype, n, 5);
     srcs.forEach((s, i) => fill(s, dtype, 10 + i));
     const tDst = jsCopy(dst), tSrcs = srcs.map(jsCopy);
     return {
-      wasm: () => k.reduceMany(dst, srcs, { op: "sum", dtype }),
+      run: (k) => k.reduceMany(dst, srcs, { op: "sum", dtype }),
       ts: () => reference.reduceMany(tDst, tSrcs, { op: "sum", dtype }),
       pairs: [[dtype, dst, tDst]],
     };
@@ -155,12 +173,12 @@ function sum4Row(dtype: DType): KernelCase {
 /** `dst = dst / 3`: reads and writes 64 MiB. */
 function divideRow(dtype: DType): KernelCase {
   const n = INPUT_BYTES / dtypeSize(dtype);
-  return row("divide", dtype, 2 * INPUT_BYTES, (k, heap) => {
+  return row("divide", dtype, 2 * INPUT_BYTES, (heap) => {
     const [dst] = wasmArrays(heap, dtype, n, 1);
     fill(dst, dtype, 3);
     const tDst = jsCopy(dst);
     return {
-      wasm: () => k.divide(dst, 3, { dtype }),
+      run: (k) => k.divide(dst, 3, { dtype }),
       ts: () => reference.divide(tDst, 3, { dtype }),
       pairs: [[dtype, dst, tDst]],
     };
@@ -174,17 +192,18 @@ function castRow(name: CastName): KernelCase {
   const half: DType = name.includes("Bf16") ? "bfloat16" : "float16";
   const toHalf = name.startsWith("castF32");
   const n = INPUT_BYTES / (toHalf ? 4 : 2);
-  return row(name, half, n * 6, (k, heap) => {
+  return row(name, half, n * 6, (heap) => {
     const fp = heap.alloc(4 * n), hp = heap.alloc(2 * n); // both before any view: growth detaches views
+    heap.bytes().fill(0, fp, hp + 2 * n);
     const f = new Float32Array(heap.memory.buffer, fp, n), h = new Uint16Array(heap.memory.buffer, hp, n);
     if (toHalf) fill(f, "float32", 4);
     else fill(h, half, 5);
     const [tf, th] = [jsCopy(f) as Float32Array, jsCopy(h) as Uint16Array];
-    const run = (kk: Pick<Kernels, CastName>, fa: Float32Array, ha: Uint16Array) => () =>
+    const cast = (kk: Pick<Kernels, CastName>, fa: Float32Array, ha: Uint16Array) =>
       toHalf ? kk[name as "castF32ToF16"](fa, ha) : kk[name as "castF16ToF32"](ha, fa);
     return {
-      wasm: run(k, f, h),
-      ts: run(reference, tf, th),
+      run: (k) => cast(k, f, h),
+      ts: () => cast(reference, tf, th),
       pairs: toHalf ? [[half, h, th]] : [["float32", f, tf]],
     };
   });
@@ -193,13 +212,13 @@ function castRow(name: CastName): KernelCase {
 /** `y = y + alpha * x`: reads 2 x 64 MiB, writes 64 MiB. */
 function axpyRow(): KernelCase {
   const n = INPUT_BYTES / 4;
-  return row("axpy", "float32", 3 * INPUT_BYTES, (k, heap) => {
+  return row("axpy", "float32", 3 * INPUT_BYTES, (heap) => {
     const [y, x] = wasmArrays(heap, "float32", n, 2) as Float32Array[];
     fill(y, "float32", 6);
     fill(x, "float32", 7);
     const [ty, tx] = [y.slice(), x.slice()];
     return {
-      wasm: () => k.axpy(y, x, { alpha: -0.01 }),
+      run: (k) => k.axpy(y, x, { alpha: -0.01 }),
       ts: () => reference.axpy(ty, tx, { alpha: -0.01 }),
       pairs: [["float32", y, ty]],
     };
@@ -209,12 +228,12 @@ function axpyRow(): KernelCase {
 /** `x = alpha * x`: reads and writes 64 MiB. */
 function scaleRow(): KernelCase {
   const n = INPUT_BYTES / 4;
-  return row("scale", "float32", 2 * INPUT_BYTES, (k, heap) => {
+  return row("scale", "float32", 2 * INPUT_BYTES, (heap) => {
     const [x] = wasmArrays(heap, "float32", n, 1) as Float32Array[];
     fill(x, "float32", 8);
     const tx = x.slice();
     return {
-      wasm: () => k.scale(x, 0.999),
+      run: (k) => k.scale(x, 0.999),
       ts: () => reference.scale(tx, 0.999),
       pairs: [["float32", x, tx]],
     };
@@ -242,14 +261,14 @@ export const REDUCE_CASES: readonly KernelCase[] = [
 
 /** The matmul row: not a bandwidth kernel, so it is reported in GFLOP/s on its own. */
 export interface MatmulCase {
-  /** The row's name, as the native program prints it. */
+  /** The row's name. */
   readonly name: string;
   /** m = k = n. */
   readonly size: number;
   /** Floating-point operations per call: 2 m k n. */
   readonly flops: number;
-  /** Allocates and fills A, B, C in wasm memory and in JS. */
-  setup(module: KernelModule): KernelRuns;
+  /** Allocates and fills A, B, C in wasm memory and in JS (see {@linkcode KernelCase.setup}). */
+  setup(module: KernelModule, native?: KernelModule): KernelRuns;
 }
 
 /** C = A B with m = k = n = 256. */
@@ -257,15 +276,18 @@ export const MATMUL_CASE: MatmulCase = {
   name: "matmul",
   size: 256,
   flops: 2 * 256 ** 3,
-  setup(module: KernelModule): KernelRuns {
-    const n = 256, k = new Kernels(module);
+  setup(module: KernelModule, native?: KernelModule): KernelRuns {
+    const n = 256, wasmK = new Kernels(module), nativeK = bindNative(native, (m) => new Kernels(m));
     const [a, b, c] = wasmArrays(module.heap, "float32", n * n, 3) as Float32Array[];
     fill(a, "float32", 20);
     fill(b, "float32", 21);
     const [ta, tb, tc] = [a.slice(), b.slice(), c.slice()];
+    const run = (k: Kernels) => k.matmul(a, b, { c, m: n, k: n, n });
     return {
-      wasm: () => k.matmul(a, b, { c, m: n, k: n, n }),
+      wasm: () => run(wasmK),
+      native: nativeK === undefined ? undefined : () => run(nativeK),
       ts: () => reference.matmul(ta, tb, { c: tc, m: n, k: n, n }),
+      reset: () => c.fill(0),
       check: () => sameBits("matmul", "float32", c, tc),
     };
   },

@@ -1,21 +1,30 @@
 /**
- * `deno task bench:kernels`: GB/s of every WASM kernel against a plain TypeScript loop and native C, in
- * one run. Each row times the WASM kernel on 64 MiB inputs allocated in wasm memory (in place), then
- * the row of the same name and dtype of a native C program, then the TypeScript reference on JS arrays
- * of the same data. Every `bench/native/*_bench.c` is compiled with gcc together with `kernels/*.c` (not
- * heap.c) into `bench/native/build/` and run here, printing JSON lines `{"name","dtype","bytes","gbps"}`;
- * given `NAME DTYPE` arguments it may run that row alone, which keeps the WASM and native timings of a
- * row seconds apart on a busy machine. GB/s counts bytes read plus bytes written over the median of `--runs` timed calls
- * after `--warmup` untimed ones (the same counts for every column; the native programs use the same
- * constants, 2 and 9). Results go to `bench/results/kernels.json`.
+ * `deno task bench:kernels`: GB/s of every WASM kernel against the same C built natively and a plain
+ * TypeScript loop, in one process. Each row allocates its 64 MiB inputs in wasm memory once; the WASM
+ * column calls the kernel there (in place), and the native column calls the same C functions, built by gcc
+ * as a shared library (`bench/native/build/libdcomm_kernels.so`, from every `kernels/*.c` but heap.c) and
+ * opened with `Deno.dlopen`, on the very same arrays: `_native_kernels.ts` dresses the library as a
+ * `KernelModule` over the WASM module's heap, translating every wasm32 offset into an address, so that
+ * `Kernels` and `CompressionKernels` run the same wrapper code in both columns. The two columns are timed
+ * alternately, call by call (`--warmup` untimed pairs, then `--runs` timed pairs: wasm, native, wasm,
+ * native, ...), so that both see the same pages, the same caches and the same load on a busy machine; each
+ * takes its median. Then the TypeScript reference runs on JS arrays holding the same data (median of
+ * `--runs` after `--warmup`). GB/s counts bytes read plus bytes written over the median time (the same
+ * counts for every column). Results go to `bench/results/kernels.json` (only when every row ran, i.e. no
+ * `--filter`).
+ *
+ * Before timing, each row is checked on fresh data: one TypeScript call, then one WASM call, whose outputs
+ * must equal the TypeScript ones bit for bit; then the outputs are put back and one native call must give
+ * the same bits too (gcc builds with `-ffp-contract=off`, as the WASM build does).
  *
  * ```sh
  * deno task bench:kernels                       # every row
  * deno task bench:kernels --filter reduce       # rows whose name contains "reduce"
+ * deno task bench:kernels --runs 15 --warmup 3  # more timed calls
  * deno task bench:kernels --no-native           # skip the C baseline
  * ```
  *
- * Exits non-zero when a WASM result differs from the TypeScript one.
+ * Exits non-zero when a WASM or native result differs from the TypeScript one.
  *
  * @module
  */
@@ -23,6 +32,7 @@ import { parseArgs } from "node:util";
 import { loadKernelModule } from "../wasm/loader.ts";
 import { COMPRESS_CASES } from "./_compress_cases.ts";
 import type { KernelCase, KernelRuns } from "./_kernel_case.ts";
+import { type NativeKernelModule, openNativeKernels } from "./_native_kernels.ts";
 import { MATMUL_CASE, REDUCE_CASES } from "./_reduce_cases.ts";
 
 /** Every gcc flag, each with the reason it is there. */
@@ -32,24 +42,17 @@ const GCC_FLAGS: readonly (readonly [string, string])[] = [
   ["-ffp-contract=off", "no fused multiply-add, as the WASM build: same bits"],
   ["-fno-math-errno", "as the WASM build"],
   ["-fno-trapping-math", "lets gcc if-convert (vectorize) the branch-free selects; clang's default"],
-  ["-std=gnu11", "C11 plus POSIX clock_gettime for the timers"],
+  ["-std=gnu11", "C11, the language of the kernels (the WASM build's -std=c11), GNU extensions allowed"],
   ["-w", "the WASM build is the one that enforces warnings"],
+  ["-fPIC", "position-independent code, which a shared library needs"],
+  ["-shared", "a library for Deno.dlopen (no main); at the link step, ignored with -c"],
 ];
 
 const here = new URL(".", import.meta.url);
 const root = new URL("../", here);
-const nativeDir = new URL("native/", here);
 const buildDir = new URL("native/build/", here);
 const kernelsDir = new URL("kernels/", root);
-
-/** One row of the native programs' output. */
-interface NativeRow {
-  name: string;
-  dtype: string;
-  bytes: number;
-  gbps: number;
-  gflops?: number;
-}
+const libraryPath = new URL("libdcomm_kernels.so", buildDir).pathname;
 
 /** Runs gcc with `args`. */
 async function gcc(args: string[]): Promise<{ ok: boolean; stderr: string }> {
@@ -58,18 +61,18 @@ async function gcc(args: string[]): Promise<{ ok: boolean; stderr: string }> {
 }
 
 /**
- * The native programs: every `bench/native/*_bench.c`, compiled. A kernel file that does not compile is
- * left out (with a warning), so that only the programs that need it fail to build.
+ * Builds `bench/native/build/libdcomm_kernels.so` from every `kernels/*.c` but heap.c (wasm-only). A kernel
+ * file that does not compile is left out (with a note), so that only the rows that need it lose their
+ * native column.
+ *
+ * @returns The library's path, or undefined (gcc missing, or nothing built), and notes for the report.
  */
-async function buildNative(): Promise<{ programs: string[]; notes: string[] }> {
+async function buildNativeLibrary(): Promise<{ path?: string; notes: string[] }> {
   const notes: string[] = [];
   try {
     await new Deno.Command("gcc", { args: ["--version"], stdout: "null", stderr: "null" }).output();
   } catch {
-    return {
-      programs: [],
-      notes: ["gcc was not found: the native column is empty (apt-get install -y gcc)"],
-    };
+    return { notes: ["gcc was not found: the native column is empty (apt-get install -y gcc)"] };
   }
   Deno.mkdirSync(buildDir, { recursive: true });
   const flags = GCC_FLAGS.map(([f]) => f);
@@ -86,68 +89,43 @@ async function buildNative(): Promise<{ programs: string[]; notes: string[] }> {
     else notes.push(`kernels/${name} does not compile natively; left out:\n${r.stderr.trim()}`);
   }));
   objects.sort();
-  const programs: string[] = [];
-  const benches = [...Deno.readDirSync(nativeDir)]
-    .filter((e) => e.isFile && e.name.endsWith("_bench.c"))
-    .map((e) => e.name)
-    .sort();
-  for (const name of benches) {
-    const exe = new URL(name.replace(/\.c$/, ""), buildDir).pathname;
-    const r = await gcc([...flags, include, new URL(name, nativeDir).pathname, ...objects, "-o", exe, "-lm"]);
-    if (r.ok) programs.push(exe);
-    else {notes.push(
-        `bench/native/${name} does not build; its rows have no native column:\n${r.stderr.trim()}`,
-      );}
+  if (objects.length === 0) {
+    return { notes: [...notes, "no kernel file compiled: the native column is empty"] };
   }
-  return { programs, notes };
+  const r = await gcc([...flags, ...objects, "-o", libraryPath, "-lm"]);
+  if (!r.ok) {
+    return {
+      notes: [...notes, `${libraryPath} does not link: the native column is empty:\n${r.stderr.trim()}`],
+    };
+  }
+  return { path: libraryPath, notes };
 }
 
 /**
- * The native row `name`/`dtype`, measured now: each program is asked for that row alone (`prog NAME
- * DTYPE`), so that it runs right after the WASM and TypeScript runs of the same row, under the same load.
- * A program that ignores its arguments prints every row; those rows are kept and it is not run again.
+ * Medians of `runs` timed calls of `wasm` and of `native`, alternating call by call (wasm, native, wasm,
+ * native, ...) after `warmup` untimed pairs, in seconds; only `wasm` without `native`.
  */
-class NativeRows {
-  #programs: string[];
-  #cached = new Map<string, NativeRow>();
-  #allAtOnce = new Set<string>();
-  /** Problems met on the way, for the report. */
-  readonly notes: string[];
-
-  /**
-   * @param programs The built native programs.
-   * @param notes Problems met while building them.
-   */
-  constructor(programs: string[], notes: string[]) {
-    this.#programs = programs;
-    this.notes = notes;
+function alternateMedians(
+  wasm: () => void,
+  native: (() => void) | undefined,
+  warmup: number,
+  runs: number,
+): { wasm: number; native?: number } {
+  for (let i = 0; i < warmup; i++) {
+    wasm();
+    native?.();
   }
-
-  /** The row, or undefined when no program has it. */
-  async row(name: string, dtype: string): Promise<NativeRow | undefined> {
-    const key = `${name}\u0000${dtype}`;
-    const cached = this.#cached.get(key);
-    if (cached !== undefined) return cached;
-    for (const exe of this.#programs) {
-      if (this.#allAtOnce.has(exe)) continue;
-      const out = await new Deno.Command(exe, { args: [name, dtype], stdout: "piped", stderr: "piped" })
-        .output();
-      if (!out.success) {
-        this.notes.push(
-          `${exe} ${name} ${dtype} exited with ${out.code}: ${new TextDecoder().decode(out.stderr)}`,
-        );
-      }
-      const rows = new TextDecoder().decode(out.stdout).split("\n").filter((l) => l.trim().startsWith("{"))
-        .map((l) => JSON.parse(l) as NativeRow);
-      const mine = rows.find((r) => r.name === name && r.dtype === dtype);
-      if (rows.some((r) => r !== mine)) {
-        this.#allAtOnce.add(exe);
-        for (const r of rows) this.#cached.set(`${r.name}\u0000${r.dtype}`, r);
-      }
-      if (mine !== undefined) return mine;
-    }
-    return undefined;
+  const w: number[] = [], n: number[] = [];
+  for (let i = 0; i < runs; i++) {
+    let t0 = performance.now();
+    wasm();
+    w.push((performance.now() - t0) / 1000);
+    if (native === undefined) continue;
+    t0 = performance.now();
+    native();
+    n.push((performance.now() - t0) / 1000);
   }
+  return { wasm: median(w), ...(native === undefined ? {} : { native: median(n) }) };
 }
 
 /** The median time of `runs` calls of `fn` after `warmup` calls, in seconds. */
@@ -159,8 +137,13 @@ function medianSeconds(fn: () => void, warmup: number, runs: number): number {
     fn();
     times.push((performance.now() - t0) / 1000);
   }
-  times.sort((a, b) => a - b);
-  return times[Math.floor(runs / 2)];
+  return median(times);
+}
+
+/** The median (the upper one of an even count). */
+function median(xs: number[]): number {
+  const sorted = [...xs].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)];
 }
 
 /** One row of `bench/results/kernels.json`. */
@@ -191,39 +174,65 @@ if (!Number.isInteger(runs) || runs < 1 || !Number.isInteger(warmup) || warmup <
   throw new RangeError(`Expected --runs >= 1 and --warmup >= 0, found ${values.runs} and ${values.warmup}`);
 }
 
-const built = values["no-native"] ? { programs: [], notes: ["--no-native"] } : await buildNative();
-const native = new NativeRows(built.programs, built.notes);
-
+const notes: string[] = [];
 const module = await loadKernelModule();
+let native: NativeKernelModule | undefined;
+if (values["no-native"]) notes.push("--no-native: the native column is empty");
+else {
+  const built = await buildNativeLibrary();
+  notes.push(...built.notes);
+  if (built.path !== undefined) {
+    try {
+      native = openNativeKernels(built.path, module);
+      if (native.missing.length > 0) {
+        notes.push(
+          `${built.path} lacks dc_${native.missing.join(", dc_")}: rows that need them have no native column`,
+        );
+      }
+    } catch (e) {
+      notes.push(`${built.path} does not open: the native column is empty: ${(e as Error).message}`);
+    }
+  }
+}
 const results: Result[] = [];
 
-/** Sets a case up, times both columns, checks, and pops wasm memory. */
 /**
- * Sets a case up, times the WASM column, runs the native row right after it (the two columns whose ratio
- * the targets are about, as close in time as possible), times the TypeScript column, checks the WASM
- * result against the TypeScript one, and pops wasm memory.
+ * Sets a case up; checks one WASM and one native call against one TypeScript call on fresh data; times the
+ * WASM and native columns alternately, call by call, on the same arrays; times the TypeScript column; and
+ * pops wasm memory.
  */
 async function measure(
   label: string,
   setup: () => KernelRuns,
-  nativeRow: () => Promise<NativeRow | undefined>,
-): Promise<{ wasm: number; ts: number; native?: NativeRow; wrong?: string }> {
+): Promise<{ wasm: number; native?: number; ts: number; wrong?: string }> {
   const mark = module.heap.top;
   try {
     console.error(`timing ${label} ...`);
     const runsOf = setup();
-    // Let the collector finish with the previous row's garbage (the TypeScript loops of the 16-bit
-    // formats allocate hundreds of MiB) before timing: its threads would compete on a small machine.
-    await new Promise((resolve) => setTimeout(resolve, 500));
-    const wasm = medianSeconds(runsOf.wasm, warmup, runs);
-    const native = await nativeRow();
-    const ts = medianSeconds(runsOf.ts, warmup, runs);
-    try {
-      runsOf.check();
-      return { wasm, ts, native };
-    } catch (e) {
-      return { wasm, ts, native, wrong: (e as Error).message };
+    if (native !== undefined && runsOf.native === undefined) notes.push(`${label}: no native column`);
+    const wrong: string[] = [];
+    const check = (column: string): void => {
+      try {
+        runsOf.check();
+      } catch (e) {
+        wrong.push(`${column}: ${(e as Error).message}`);
+      }
+    };
+    runsOf.ts();
+    runsOf.wasm();
+    check("wasm");
+    if (runsOf.native !== undefined) {
+      runsOf.reset();
+      runsOf.native();
+      check("native");
     }
+    runsOf.reset();
+    // Let the collector finish with the previous row's garbage and the check's (the TypeScript loops of the
+    // 16-bit formats allocate hundreds of MiB) before timing: its threads would compete on a small machine.
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    const t = alternateMedians(runsOf.wasm, runsOf.native, warmup, runs);
+    const ts = medianSeconds(runsOf.ts, warmup, runs);
+    return { ...t, ts, ...(wrong.length === 0 ? {} : { wrong: wrong.join("; ") }) };
   } finally {
     module.heap.reset(mark);
   }
@@ -232,25 +241,19 @@ async function measure(
 const cases: readonly KernelCase[] = [...REDUCE_CASES, ...COMPRESS_CASES];
 for (const c of cases) {
   if (!`${c.name} ${c.dtype}`.includes(values.filter)) continue;
-  const t = await measure(`${c.name} ${c.dtype}`, () => c.setup(module), () => native.row(c.name, c.dtype));
-  const nat = t.native;
+  const t = await measure(`${c.name} ${c.dtype}`, () => c.setup(module, native?.module));
   results.push({
     name: c.name,
     dtype: c.dtype,
     bytes: c.bytes,
     gbps: c.bytes / t.wasm / 1e9,
     tsGbps: c.bytes / t.ts / 1e9,
-    nativeGbps: nat?.gbps ?? null,
+    nativeGbps: t.native === undefined ? null : c.bytes / t.native / 1e9,
     ...(t.wrong === undefined ? {} : { wrong: t.wrong }),
   });
 }
 if (MATMUL_CASE.name.includes(values.filter)) {
-  const t = await measure(
-    `matmul ${MATMUL_CASE.size}^3`,
-    () => MATMUL_CASE.setup(module),
-    () => native.row("matmul", "float32"),
-  );
-  const nat = t.native;
+  const t = await measure(`matmul ${MATMUL_CASE.size}^3`, () => MATMUL_CASE.setup(module, native?.module));
   const bytes = 3 * 4 * MATMUL_CASE.size ** 2;
   results.push({
     name: "matmul",
@@ -258,20 +261,24 @@ if (MATMUL_CASE.name.includes(values.filter)) {
     bytes,
     gbps: bytes / t.wasm / 1e9,
     tsGbps: bytes / t.ts / 1e9,
-    nativeGbps: nat?.gbps ?? null,
+    nativeGbps: t.native === undefined ? null : bytes / t.native / 1e9,
     gflops: MATMUL_CASE.flops / t.wasm / 1e9,
     tsGflops: MATMUL_CASE.flops / t.ts / 1e9,
-    nativeGflops: nat?.gflops ?? null,
+    nativeGflops: t.native === undefined ? null : MATMUL_CASE.flops / t.native / 1e9,
     ...(t.wrong === undefined ? {} : { wrong: t.wrong }),
   });
 }
+native?.close();
 
 const fmt = (
   x: number | null | undefined,
   digits = 2,
 ) => (x === null || x === undefined ? "—" : x.toFixed(digits));
 const ratio = (a: number, b: number | null | undefined) => (b ? `${(a / b).toFixed(2)}x` : "—");
-console.log(`\nkernels: ${runs} timed runs after ${warmup} warm-up, median; every input array 64 MiB\n`);
+console.log(
+  `\nkernels: ${runs} timed runs after ${warmup} warm-up, median; WASM and native alternate call by call on ` +
+    `the same arrays; every input array 64 MiB\n`,
+);
 console.log(
   "| kernel | dtype | MiB moved | WASM GB/s | TS GB/s | native GB/s | wasm/native | wasm/ts | #wrong |",
 );
@@ -295,7 +302,7 @@ for (const r of results.filter((r) => r.gflops !== undefined)) {
       `${fmt(r.nativeGflops)} | ${ratio(g, r.nativeGflops)} | ${ratio(g, r.tsGflops)} |`,
   );
 }
-for (const note of native.notes) console.log(`\nnote: ${note}`);
+for (const note of notes) console.log(`\nnote: ${note}`);
 const wrong = results.filter((r) => r.wrong);
 for (const r of wrong) console.log(`\nWRONG: ${r.name} ${r.dtype}: ${r.wrong}`);
 
