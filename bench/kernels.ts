@@ -11,7 +11,7 @@
  * takes its median. Then the TypeScript reference runs on JS arrays holding the same data (median of
  * `--runs` after `--warmup`). GB/s counts bytes read plus bytes written over the median time (the same
  * counts for every column). Results go to `bench/results/kernels.json` (only when every row ran, i.e. no
- * `--filter`).
+ * `--filter`), or `kernels-march-<arch>.json` with `--march` (gcc's `-march`, `native` by default).
  *
  * Before timing, each row is checked on fresh data: one TypeScript call, then one WASM call, whose outputs
  * must equal the TypeScript ones bit for bit; then the outputs are put back and one native call must give
@@ -22,6 +22,7 @@
  * deno task bench:kernels --filter reduce       # rows whose name contains "reduce"
  * deno task bench:kernels --runs 15 --warmup 3  # more timed calls
  * deno task bench:kernels --no-native           # skip the C baseline
+ * deno task bench:kernels --march x86-64        # gcc -march=x86-64: SSE2, WASM's 128-bit vector width
  * ```
  *
  * Exits non-zero when a WASM or native result differs from the TypeScript one.
@@ -52,7 +53,6 @@ const here = new URL(".", import.meta.url);
 const root = new URL("../", here);
 const buildDir = new URL("native/build/", here);
 const kernelsDir = new URL("kernels/", root);
-const libraryPath = new URL("libdcomm_kernels.so", buildDir).pathname;
 
 /** Runs gcc with `args`. */
 async function gcc(args: string[]): Promise<{ ok: boolean; stderr: string }> {
@@ -67,7 +67,9 @@ async function gcc(args: string[]): Promise<{ ok: boolean; stderr: string }> {
  *
  * @returns The library's path, or undefined (gcc missing, or nothing built), and notes for the report.
  */
-async function buildNativeLibrary(): Promise<{ path?: string; notes: string[] }> {
+async function buildNativeLibrary(march: string): Promise<{ path?: string; notes: string[] }> {
+  const libraryPath =
+    new URL(`libdcomm_kernels${march === "native" ? "" : `-${march}`}.so`, buildDir).pathname;
   const notes: string[] = [];
   try {
     await new Deno.Command("gcc", { args: ["--version"], stdout: "null", stderr: "null" }).output();
@@ -75,7 +77,7 @@ async function buildNativeLibrary(): Promise<{ path?: string; notes: string[] }>
     return { notes: ["gcc was not found: the native column is empty (apt-get install -y gcc)"] };
   }
   Deno.mkdirSync(buildDir, { recursive: true });
-  const flags = GCC_FLAGS.map(([f]) => f);
+  const flags = GCC_FLAGS.map(([f]) => (f === "-march=native" ? `-march=${march}` : f));
   const include = `-I${kernelsDir.pathname}`;
   const objects: string[] = [];
   const sources = [...Deno.readDirSync(kernelsDir)]
@@ -83,7 +85,7 @@ async function buildNativeLibrary(): Promise<{ path?: string; notes: string[] }>
     .map((e) => e.name)
     .sort();
   await Promise.all(sources.map(async (name) => {
-    const obj = new URL(`kernel_${name.replace(/\.c$/, ".o")}`, buildDir).pathname;
+    const obj = new URL(`kernel_${march}_${name.replace(/\.c$/, ".o")}`, buildDir).pathname;
     const r = await gcc([...flags, include, "-c", new URL(name, kernelsDir).pathname, "-o", obj]);
     if (r.ok) objects.push(obj);
     else notes.push(`kernels/${name} does not compile natively; left out:\n${r.stderr.trim()}`);
@@ -167,6 +169,7 @@ const { values } = parseArgs({
     runs: { type: "string", default: "9" },
     warmup: { type: "string", default: "2" },
     "no-native": { type: "boolean", default: false },
+    march: { type: "string", default: "native" },
   },
 });
 const runs = Number(values.runs), warmup = Number(values.warmup);
@@ -179,7 +182,7 @@ const module = await loadKernelModule();
 let native: NativeKernelModule | undefined;
 if (values["no-native"]) notes.push("--no-native: the native column is empty");
 else {
-  const built = await buildNativeLibrary();
+  const built = await buildNativeLibrary(values.march);
   notes.push(...built.notes);
   if (built.path !== undefined) {
     try {
@@ -307,15 +310,16 @@ const wrong = results.filter((r) => r.wrong);
 for (const r of wrong) console.log(`\nWRONG: ${r.name} ${r.dtype}: ${r.wrong}`);
 
 if (values.filter === "") {
+  const file = values.march === "native" ? "kernels.json" : `kernels-march-${values.march}.json`;
   Deno.mkdirSync(new URL("results/", here), { recursive: true });
   Deno.writeTextFileSync(
-    new URL("results/kernels.json", here),
+    new URL(`results/${file}`, here),
     JSON.stringify(
       results,
       (_, v) => (typeof v === "number" && !Number.isInteger(v) ? +v.toFixed(3) : v),
       2,
     ) + "\n",
   );
-  console.log("\nwrote bench/results/kernels.json");
+  console.log(`\nwrote bench/results/${file}`);
 }
 if (wrong.length > 0) Deno.exit(1);
