@@ -86,6 +86,8 @@ export interface EngineConfig {
   chunkBytes: number;
   /** Whether every message carries its call's descriptor for the mismatch check. */
   checkCalls: boolean;
+  /** The ring of completed calls (`_completions.ts`); without it, completions come as messages. */
+  completions?: SharedArrayBuffer;
 }
 
 /** A serialised error. */

@@ -16,6 +16,8 @@ import { kernels } from "../../wasm/kernels.ts";
 import { Reducer } from "./_reducer.ts";
 import type { EngineConfig, FromEngine, ToEngine, WireError } from "./_protocol.ts";
 import { connectTransport } from "./_connect.ts";
+import { CompletionWriter } from "./_completions.ts";
+import { ALGORITHM_NAMES } from "./_dispatch.ts";
 
 function wire(e: unknown): WireError {
   if (e instanceof Error) {
@@ -39,6 +41,7 @@ function post(message: FromEngine): void {
 let engine: Engine | undefined;
 let store: Store | undefined;
 let transport: Transport | undefined;
+let completions: CompletionWriter | undefined;
 
 async function start(config: EngineConfig): Promise<void> {
   const client = await TcpStore.connect({
@@ -48,6 +51,7 @@ async function start(config: EngineConfig): Promise<void> {
     timeoutMs: config.timeoutMs,
   });
   store = new PrefixStore(config.prefix, client);
+  completions = config.completions ? new CompletionWriter(config.completions) : undefined;
   transport = await connectTransport(store, config);
   const k = await kernels();
   engine = new Engine(transport, new Reducer(k, config.size), {
@@ -84,7 +88,12 @@ port.on("message", (msg: ToEngine): void => {
         break;
       }
       engine.submit(msg.op).then(
-        (report) => post({ type: "done", id, report }),
+        (report) => {
+          // The ring wakes the main thread sooner than a message; a message when it is full.
+          const algorithm = ALGORITHM_NAMES.indexOf(report.algorithm);
+          if (algorithm >= 0 && completions?.write({ ...report, id, algorithm })) return;
+          post({ type: "done", id, report });
+        },
         (e) => post({ type: "error", id, error: wire(e) }),
       );
       break;

@@ -31,7 +31,8 @@ import type {
   WireError,
 } from "./_protocol.ts";
 import { StagingPool } from "./_staging.ts";
-import { checkAlgorithm } from "./_dispatch.ts";
+import { ALGORITHM_NAMES, checkAlgorithm } from "./_dispatch.ts";
+import { type Completion, completionBuffer, CompletionReader } from "./_completions.ts";
 
 function unwire(e: WireError): Error {
   if (e.name === "TypeError") return new TypeError(e.message);
@@ -50,7 +51,11 @@ function unwire(e: WireError): Error {
  */
 export class EngineHandle {
   #worker: NodeWorker;
-  #pending = new Map<number, { resolve: (r: WorkReport) => void; reject: (e: Error) => void }>();
+  #pending = new Map<
+    number,
+    { collective: Collective; resolve: (r: WorkReport) => void; reject: (e: Error) => void }
+  >();
+  #completions: CompletionReader;
   #nextId = 1;
   #failure: Error | undefined;
   #closed: Promise<void>;
@@ -62,8 +67,9 @@ export class EngineHandle {
   /** The staging pool of this rank. */
   readonly staging: StagingPool = new StagingPool();
 
-  private constructor(worker: NodeWorker) {
+  private constructor(worker: NodeWorker, completions: SharedArrayBuffer) {
     this.#worker = worker;
+    this.#completions = new CompletionReader(completions, (c) => this.#complete(c));
     this.#closed = new Promise((resolve) => (this.#onClosed = resolve));
   }
 
@@ -76,7 +82,8 @@ export class EngineHandle {
    */
   static async start(config: EngineConfig): Promise<EngineHandle> {
     const worker = new NodeWorker(new URL("./comm_worker.ts", import.meta.url));
-    const handle = new EngineHandle(worker);
+    const completions = completionBuffer();
+    const handle = new EngineHandle(worker, completions);
     const ready = Promise.withResolvers<void>();
     worker.on("message", (msg: FromEngine): void => {
       if (msg.type === "ready") {
@@ -91,10 +98,11 @@ export class EngineHandle {
       );
       ready.reject(error);
       handle.#failAll(error);
+      handle.#completions.stop();
       worker.terminate();
       handle.#onClosed();
     });
-    handle.#post({ type: "init", config });
+    handle.#post({ type: "init", config: { ...config, completions } });
     try {
       await ready.promise;
     } catch (e) {
@@ -129,11 +137,29 @@ export class EngineHandle {
         break;
       }
       case "closed":
+        this.#completions.stop();
         this.#worker.terminate();
         this.#failAll(new DistError("The process group is closed"));
         this.#onClosed();
         break;
     }
+  }
+
+  #complete(c: Completion): void {
+    const pending = this.#pending.get(c.id);
+    if (pending === undefined) return;
+    this.#pending.delete(c.id);
+    pending.resolve({
+      collective: pending.collective,
+      algorithm: ALGORITHM_NAMES[c.algorithm],
+      transport: this.transport,
+      bytes: c.bytes,
+      bytesSent: c.bytesSent,
+      timeMs: c.timeMs,
+      startedAt: c.startedAt,
+      finishedAt: c.finishedAt,
+    });
+    this.#idle();
   }
 
   /** Without pending calls, the Worker no longer keeps the process alive. */
@@ -161,7 +187,7 @@ export class EngineHandle {
   submit(op: Omit<OpRequest, "id">, signal?: AbortSignal): Promise<WorkReport> {
     const id = this.#nextId++;
     const { promise, resolve, reject } = Promise.withResolvers<WorkReport>();
-    this.#pending.set(id, { resolve, reject });
+    this.#pending.set(id, { collective: op.collective, resolve, reject });
     this.#worker.ref();
     if (signal) {
       const onAbort = (): void => this.#post({ type: "cancel", id, reason: String(signal.reason) });
@@ -169,6 +195,7 @@ export class EngineHandle {
       promise.finally(() => signal.removeEventListener("abort", onAbort)).catch(() => {});
     }
     this.#post({ type: "op", op: { ...op, id } });
+    this.#completions.watch(() => this.#pending.size > 0);
     return promise;
   }
 

@@ -224,12 +224,12 @@ export class Engine {
       );
     }, op.timeoutMs);
     try {
+      // A transport failure reaches `failed` through #fail (the constructor's one reaction to
+      // transport.failed): racing transport.failed itself would add a reaction per call to a promise that
+      // never settles while all is well, and those would pile up for the life of the process.
       await Promise.race([
         runAlgorithm(ctx, op, algorithm, { input: view(op.input), output: view(op.output) }),
         failed,
-        transport.failed.then((e) => {
-          throw e;
-        }),
       ]);
       if (op.op === "avg") this.#average(op, group);
     } catch (e) {
