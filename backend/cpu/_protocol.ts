@@ -88,6 +88,8 @@ export interface EngineConfig {
   checkCalls: boolean;
   /** The ring of completed calls (`_completions.ts`); without it, completions come as messages. */
   completions?: SharedArrayBuffer;
+  /** The ring of calls (`_requests.ts`); without it, calls come as messages. */
+  requests?: SharedArrayBuffer;
 }
 
 /** A serialised error. */
@@ -102,13 +104,17 @@ export interface WireError {
   peer?: number;
 }
 
-/** Main thread → engine. */
+/**
+ * Main thread → engine. Calls (by their id), groups and close share one sequence, which the engine follows
+ * whether an item came as a message or through the ring of calls; buffers and cancels act at once.
+ */
 export type ToEngine =
   | { type: "init"; config: EngineConfig }
   | { type: "op"; op: OpRequest }
-  | { type: "group"; id: number; ranks: number[]; timeoutMs: number }
+  | { type: "buffer"; id: number; buffer: SharedArrayBuffer }
+  | { type: "group"; seq: number; id: number; ranks: number[]; timeoutMs: number }
   | { type: "cancel"; id: number; reason: string }
-  | { type: "close" };
+  | { type: "close"; seq: number };
 
 /** Engine → main thread. */
 export type FromEngine =

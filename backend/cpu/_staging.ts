@@ -12,6 +12,12 @@ import type { Region } from "./_protocol.ts";
 /** A pool of SharedArrayBuffers. */
 export class StagingPool {
   #free = new Map<number, SharedArrayBuffer[]>();
+  #own = new WeakSet<SharedArrayBuffer>();
+
+  /** Whether the pool made `buffer` (it lives as long as the pool; a caller's own may not). */
+  owns(buffer: SharedArrayBuffer): boolean {
+    return this.#own.has(buffer);
+  }
 
   /**
    * A region holding a copy of `array` (or `array` itself when it is shared memory).
@@ -59,7 +65,11 @@ export class StagingPool {
 
   #take(bytes: number): Region {
     const cap = bytes <= 64 ? 64 : 2 ** Math.ceil(Math.log2(bytes));
-    const buffer = this.#free.get(cap)?.pop() ?? new SharedArrayBuffer(cap);
+    let buffer = this.#free.get(cap)?.pop();
+    if (buffer === undefined) {
+      buffer = new SharedArrayBuffer(cap);
+      this.#own.add(buffer);
+    }
     return { buffer, byteOffset: 0, byteLength: bytes };
   }
 }

@@ -17,6 +17,8 @@ import { Reducer } from "./_reducer.ts";
 import type { EngineConfig, FromEngine, ToEngine, WireError } from "./_protocol.ts";
 import { connectTransport } from "./_connect.ts";
 import { CompletionWriter } from "./_completions.ts";
+import { decodeRequest, InOrder, RequestReader } from "./_requests.ts";
+import type { OpRequest } from "./_protocol.ts";
 import { ALGORITHM_NAMES } from "./_dispatch.ts";
 
 function wire(e: unknown): WireError {
@@ -42,6 +44,11 @@ let engine: Engine | undefined;
 let store: Store | undefined;
 let transport: Transport | undefined;
 let completions: CompletionWriter | undefined;
+let requests: RequestReader | undefined;
+/** Calls, groups and close, in the main thread's order, whether they came by message or by the ring. */
+const order = new InOrder();
+/** The staging buffers by number, for the ring's calls. */
+const buffers = new Map<number, SharedArrayBuffer>();
 
 async function start(config: EngineConfig): Promise<void> {
   const client = await TcpStore.connect({
@@ -59,10 +66,20 @@ async function start(config: EngineConfig): Promise<void> {
     checkCalls: config.checkCalls,
   });
   transport.failed.then((e) => post({ type: "failed", error: wire(e) }));
+  if (config.requests) {
+    requests = new RequestReader(config.requests);
+    requests.run((record) =>
+      order.arrive(
+        record[0],
+        () => run(decodeRequest(record, ALGORITHM_NAMES, (id) => buffers.get(id) as SharedArrayBuffer)),
+      )
+    );
+  }
   post({ type: "ready", transport: transport.kind });
 }
 
 async function close(): Promise<void> {
+  requests?.stop();
   try {
     await engine?.close();
   } catch {
@@ -76,36 +93,43 @@ async function close(): Promise<void> {
   }
 }
 
+/** Runs a call on the engine and reports how it ended. */
+function run(op: OpRequest): void {
+  const { id } = op;
+  if (!engine) {
+    post({ type: "error", id, error: wire(new DistError("The communication thread is not connected")) });
+    return;
+  }
+  engine.submit(op).then(
+    (report) => {
+      // The ring wakes the main thread sooner than a message; a message when it is full.
+      const algorithm = ALGORITHM_NAMES.indexOf(report.algorithm);
+      if (algorithm >= 0 && completions?.write({ ...report, id, algorithm })) return;
+      post({ type: "done", id, report });
+    },
+    (e) => post({ type: "error", id, error: wire(e) }),
+  );
+}
+
 port.on("message", (msg: ToEngine): void => {
   switch (msg.type) {
     case "init":
       start(msg.config).catch((e) => post({ type: "failed", error: wire(e) }));
       break;
-    case "op": {
-      const { id } = msg.op;
-      if (!engine) {
-        post({ type: "error", id, error: wire(new DistError("The communication thread is not connected")) });
-        break;
-      }
-      engine.submit(msg.op).then(
-        (report) => {
-          // The ring wakes the main thread sooner than a message; a message when it is full.
-          const algorithm = ALGORITHM_NAMES.indexOf(report.algorithm);
-          if (algorithm >= 0 && completions?.write({ ...report, id, algorithm })) return;
-          post({ type: "done", id, report });
-        },
-        (e) => post({ type: "error", id, error: wire(e) }),
-      );
+    case "op":
+      order.arrive(msg.op.id, () => run(msg.op));
       break;
-    }
+    case "buffer":
+      buffers.set(msg.id, msg.buffer);
+      break;
     case "group":
-      engine?.addGroup(msg.id, msg.ranks);
+      order.arrive(msg.seq, () => engine?.addGroup(msg.id, msg.ranks));
       break;
     case "cancel":
       engine?.cancel(msg.id, msg.reason);
       break;
     case "close":
-      close();
+      order.arrive(msg.seq, () => close());
       break;
   }
 });

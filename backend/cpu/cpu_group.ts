@@ -33,6 +33,7 @@ import type {
 import { StagingPool } from "./_staging.ts";
 import { ALGORITHM_NAMES, checkAlgorithm } from "./_dispatch.ts";
 import { type Completion, completionBuffer, CompletionReader } from "./_completions.ts";
+import { encodeRequest, requestBuffer, RequestWriter } from "./_requests.ts";
 
 function unwire(e: WireError): Error {
   if (e.name === "TypeError") return new TypeError(e.message);
@@ -56,6 +57,10 @@ export class EngineHandle {
     { collective: Collective; resolve: (r: WorkReport) => void; reject: (e: Error) => void }
   >();
   #completions: CompletionReader;
+  #requests: RequestWriter;
+  /** Numbers of the staging buffers the Worker has been sent. */
+  #bufferIds = new WeakMap<SharedArrayBuffer, number>();
+  #nextBufferId = 0;
   #nextId = 1;
   #failure: Error | undefined;
   #closed: Promise<void>;
@@ -67,8 +72,9 @@ export class EngineHandle {
   /** The staging pool of this rank. */
   readonly staging: StagingPool = new StagingPool();
 
-  private constructor(worker: NodeWorker, completions: SharedArrayBuffer) {
+  private constructor(worker: NodeWorker, completions: SharedArrayBuffer, requests: SharedArrayBuffer) {
     this.#worker = worker;
+    this.#requests = new RequestWriter(requests);
     this.#completions = new CompletionReader(completions, (c) => this.#complete(c));
     this.#closed = new Promise((resolve) => (this.#onClosed = resolve));
   }
@@ -82,8 +88,8 @@ export class EngineHandle {
    */
   static async start(config: EngineConfig): Promise<EngineHandle> {
     const worker = new NodeWorker(new URL("./comm_worker.ts", import.meta.url));
-    const completions = completionBuffer();
-    const handle = new EngineHandle(worker, completions);
+    const completions = completionBuffer(), requests = requestBuffer();
+    const handle = new EngineHandle(worker, completions, requests);
     const ready = Promise.withResolvers<void>();
     worker.on("message", (msg: FromEngine): void => {
       if (msg.type === "ready") {
@@ -102,7 +108,7 @@ export class EngineHandle {
       worker.terminate();
       handle.#onClosed();
     });
-    handle.#post({ type: "init", config: { ...config, completions } });
+    handle.#post({ type: "init", config: { ...config, completions, requests } });
     try {
       await ready.promise;
     } catch (e) {
@@ -194,20 +200,43 @@ export class EngineHandle {
       signal.addEventListener("abort", onAbort, { once: true });
       promise.finally(() => signal.removeEventListener("abort", onAbort)).catch(() => {});
     }
-    this.#post({ type: "op", op: { ...op, id } });
+    this.#send({ ...op, id });
     this.#completions.watch(() => this.#pending.size > 0);
     return promise;
   }
 
-  /** Tells the engine about a group. */
+  /**
+   * Sends a call through the ring of calls, or as a message when it uses a buffer the Worker has not been
+   * sent yet (sent now, ahead of it), a buffer of the caller's own (not kept by number: it may be
+   * collected), or an algorithm name that is not a number, or when the ring is full.
+   */
+  #send(op: OpRequest): void {
+    let byMessage = false;
+    for (const region of [op.input, op.output]) {
+      if (region === undefined) continue;
+      if (!this.staging.owns(region.buffer)) byMessage = true;
+      else if (!this.#bufferIds.has(region.buffer)) {
+        const id = this.#nextBufferId++;
+        this.#bufferIds.set(region.buffer, id);
+        this.#post({ type: "buffer", id, buffer: region.buffer });
+        byMessage = true;
+      }
+    }
+    const bufferId = (buffer: SharedArrayBuffer): number => this.#bufferIds.get(buffer) as number;
+    if (byMessage || !this.#requests.write((slot) => encodeRequest(op, ALGORITHM_NAMES, bufferId, slot))) {
+      this.#post({ type: "op", op });
+    }
+  }
+
+  /** Tells the engine about a group, in turn with the calls. */
   addGroup(id: number, ranks: number[], timeoutMs: number): void {
-    this.#post({ type: "group", id, ranks, timeoutMs });
+    this.#post({ type: "group", seq: this.#nextId++, id, ranks, timeoutMs });
   }
 
   /** Finishes the queued calls, closes the transport and ends the Worker. */
   async close(): Promise<void> {
     this.#worker.ref();
-    this.#post({ type: "close" });
+    this.#post({ type: "close", seq: this.#nextId++ });
     let timer: ReturnType<typeof setTimeout> | undefined;
     await Promise.race([
       this.#closed,
