@@ -14,7 +14,9 @@ import {
 } from "../_util/tensors.ts";
 
 const k = await kernels();
-const SMALL = [0, 1, 3, 4, 15, 16, 17];
+// 255: reduce() walks both halves a block (64 bytes) at a time, then one block more and a scalar tail;
+// at 255 elements of any size each of the three loops runs.
+const SMALL = [0, 1, 3, 4, 15, 16, 17, 255];
 const LARGE = 1_000_003; // odd: the vector loops leave a scalar tail
 const PLACEMENTS: readonly Placement[] = ["plain", "offset", "wasm"];
 const BINARY_OPS = ["sum", "prod", "min", "max"] as const;
