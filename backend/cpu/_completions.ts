@@ -6,18 +6,17 @@
  * their error; a full ring (the main thread more than {@linkcode COMPLETION_SLOTS} completions behind) falls
  * back to a message too.
  *
- * Layout: int32 words `[written, read]`, then {@linkcode COMPLETION_SLOTS} records of 8 float64s: id,
- * algorithm code (an index into `ALGORITHM_NAMES`), bytes, bytesSent, timeMs, startedAt, finishedAt.
+ * A {@linkcode RecordRing} of {@linkcode COMPLETION_SLOTS} records of 8 float64s: id, algorithm code (an
+ * index into `ALGORITHM_NAMES`), bytes, bytesSent, timeMs, startedAt, finishedAt.
  *
  * @module
  */
 
+import { RecordRing } from "./_record_ring.ts";
+
 /** Records in the ring. */
 export const COMPLETION_SLOTS = 256;
-const HEADER_BYTES = 16;
 const RECORD_WORDS = 8;
-const I_WRITTEN = 0;
-const I_READ = 1;
 
 /** What a record holds. */
 export interface Completion {
@@ -35,18 +34,16 @@ export interface Completion {
 
 /** A new ring's memory. */
 export function completionBuffer(): SharedArrayBuffer {
-  return new SharedArrayBuffer(HEADER_BYTES + COMPLETION_SLOTS * RECORD_WORDS * 8);
+  return RecordRing.buffer(COMPLETION_SLOTS, RECORD_WORDS);
 }
 
 /** The Worker's end: writes completions. */
 export class CompletionWriter {
-  readonly #words: Int32Array;
-  readonly #records: Float64Array;
+  readonly #ring: RecordRing;
 
   /** @param buffer From {@linkcode completionBuffer}. */
   constructor(buffer: SharedArrayBuffer) {
-    this.#words = new Int32Array(buffer, 0, 2);
-    this.#records = new Float64Array(buffer, HEADER_BYTES);
+    this.#ring = new RecordRing(buffer, COMPLETION_SLOTS, RECORD_WORDS);
   }
 
   /**
@@ -55,28 +52,23 @@ export class CompletionWriter {
    * @returns False when the ring is full (the caller sends a message instead).
    */
   write(c: Completion): boolean {
-    const written = Atomics.load(this.#words, I_WRITTEN);
-    if (written - Atomics.load(this.#words, I_READ) >= COMPLETION_SLOTS) return false;
-    const r = this.#records, at = (written % COMPLETION_SLOTS) * RECORD_WORDS;
-    r[at] = c.id;
-    r[at + 1] = c.algorithm;
-    r[at + 2] = c.bytes;
-    r[at + 3] = c.bytesSent;
-    r[at + 4] = c.timeMs;
-    r[at + 5] = c.startedAt;
-    r[at + 6] = c.finishedAt;
-    // The store publishes the record (Atomics are sequentially consistent with the writes before them).
-    Atomics.store(this.#words, I_WRITTEN, (written + 1) | 0);
-    Atomics.notify(this.#words, I_WRITTEN);
-    return true;
+    return this.#ring.write((r, at) => {
+      r[at] = c.id;
+      r[at + 1] = c.algorithm;
+      r[at + 2] = c.bytes;
+      r[at + 3] = c.bytesSent;
+      r[at + 4] = c.timeMs;
+      r[at + 5] = c.startedAt;
+      r[at + 6] = c.finishedAt;
+      return true;
+    });
   }
 }
 
 /** The main thread's end: waits for completions while any call is pending. */
 export class CompletionReader {
-  readonly #words: Int32Array;
-  readonly #records: Float64Array;
-  readonly #deliver: (c: Completion) => void;
+  readonly #ring: RecordRing;
+  readonly #take: (r: Float64Array, at: number) => void;
   #waiting = false;
   #stopped = false;
 
@@ -85,19 +77,9 @@ export class CompletionReader {
    * @param deliver Called with each completion, in order.
    */
   constructor(buffer: SharedArrayBuffer, deliver: (c: Completion) => void) {
-    this.#words = new Int32Array(buffer, 0, 2);
-    this.#records = new Float64Array(buffer, HEADER_BYTES);
-    this.#deliver = deliver;
-  }
-
-  /** Delivers what was written so far. */
-  drain(): void {
-    const words = this.#words, r = this.#records;
-    let read = Atomics.load(words, I_READ);
-    const written = Atomics.load(words, I_WRITTEN);
-    while (read !== written) {
-      const at = (read % COMPLETION_SLOTS) * RECORD_WORDS;
-      const c: Completion = {
+    this.#ring = new RecordRing(buffer, COMPLETION_SLOTS, RECORD_WORDS);
+    this.#take = (r, at) =>
+      deliver({
         id: r[at],
         algorithm: r[at + 1],
         bytes: r[at + 2],
@@ -105,11 +87,12 @@ export class CompletionReader {
         timeMs: r[at + 4],
         startedAt: r[at + 5],
         finishedAt: r[at + 6],
-      };
-      read = (read + 1) | 0;
-      Atomics.store(words, I_READ, read);
-      this.#deliver(c);
-    }
+      });
+  }
+
+  /** Delivers what was written so far. */
+  drain(): void {
+    this.#ring.drain(this.#take);
   }
 
   /**
@@ -124,11 +107,7 @@ export class CompletionReader {
     this.#waiting = true;
     try {
       while (!this.#stopped && more()) {
-        const seen = Atomics.load(this.#words, I_WRITTEN);
-        if (seen === Atomics.load(this.#words, I_READ)) {
-          const wait = Atomics.waitAsync(this.#words, I_WRITTEN, seen);
-          if (wait.async) await wait.value;
-        }
+        await this.#ring.wait();
         this.drain();
       }
     } finally {
@@ -139,6 +118,6 @@ export class CompletionReader {
   /** Ends the watch (it stops at its next wake-up). */
   stop(): void {
     this.#stopped = true;
-    Atomics.notify(this.#words, I_WRITTEN);
+    this.#ring.wake();
   }
 }

@@ -11,24 +11,22 @@
  * also go by message. Every item carries its place in one sequence, and the Worker acts on them in that
  * order, whichever way each came ({@linkcode InOrder}).
  *
- * Layout: int32 words `[written, read]`, then {@linkcode REQUEST_SLOTS} records of 16 float64s (see
+ * A {@linkcode RecordRing} of {@linkcode REQUEST_SLOTS} records of 16 float64s (see
  * {@linkcode encodeRequest}).
  *
  * @module
  */
 import { DTYPES, REDUCE_OPS } from "../../core/dtype.ts";
 import { COLLECTIVES, type OpRequest, type Region } from "./_protocol.ts";
+import { RecordRing } from "./_record_ring.ts";
 
 /** Records in the ring. */
 export const REQUEST_SLOTS = 256;
-const HEADER_BYTES = 16;
 const RECORD_WORDS = 16;
-const I_WRITTEN = 0;
-const I_READ = 1;
 
 /** A new ring's memory. */
 export function requestBuffer(): SharedArrayBuffer {
-  return new SharedArrayBuffer(HEADER_BYTES + REQUEST_SLOTS * RECORD_WORDS * 8);
+  return RecordRing.buffer(REQUEST_SLOTS, RECORD_WORDS);
 }
 
 /** A record's numbers, as the ring holds them. */
@@ -112,13 +110,11 @@ export function decodeRequest(
 
 /** The main thread's end. */
 export class RequestWriter {
-  readonly #words: Int32Array;
-  readonly #records: Float64Array;
+  readonly #ring: RecordRing;
 
   /** @param buffer From {@linkcode requestBuffer}. */
   constructor(buffer: SharedArrayBuffer) {
-    this.#words = new Int32Array(buffer, 0, 2);
-    this.#records = new Float64Array(buffer, HEADER_BYTES);
+    this.#ring = new RecordRing(buffer, REQUEST_SLOTS, RECORD_WORDS);
   }
 
   /**
@@ -128,26 +124,18 @@ export class RequestWriter {
    * @returns False when the ring is full or `fill` declined (the caller sends a message instead).
    */
   write(fill: (slot: Float64Array) => boolean): boolean {
-    const written = Atomics.load(this.#words, I_WRITTEN);
-    if (written - Atomics.load(this.#words, I_READ) >= REQUEST_SLOTS) return false;
-    const at = (written % REQUEST_SLOTS) * RECORD_WORDS;
-    if (!fill(this.#records.subarray(at, at + RECORD_WORDS))) return false;
-    Atomics.store(this.#words, I_WRITTEN, (written + 1) | 0);
-    Atomics.notify(this.#words, I_WRITTEN);
-    return true;
+    return this.#ring.write((records, at) => fill(records.subarray(at, at + RECORD_WORDS)));
   }
 }
 
 /** The Worker's end: waits for records for as long as it runs. */
 export class RequestReader {
-  readonly #words: Int32Array;
-  readonly #records: Float64Array;
+  readonly #ring: RecordRing;
   #stopped = false;
 
   /** @param buffer From {@linkcode requestBuffer}. */
   constructor(buffer: SharedArrayBuffer) {
-    this.#words = new Int32Array(buffer, 0, 2);
-    this.#records = new Float64Array(buffer, HEADER_BYTES);
+    this.#ring = new RecordRing(buffer, REQUEST_SLOTS, RECORD_WORDS);
   }
 
   /**
@@ -157,29 +145,17 @@ export class RequestReader {
    * @param take Receives each record.
    */
   async run(take: (record: Float64Array) => void): Promise<void> {
-    const words = this.#words;
+    const copy = (records: Float64Array, at: number): void => take(records.slice(at, at + RECORD_WORDS));
     while (!this.#stopped) {
-      let read = Atomics.load(words, I_READ);
-      const written = Atomics.load(words, I_WRITTEN);
-      if (read === written) {
-        const wait = Atomics.waitAsync(words, I_WRITTEN, written);
-        if (wait.async) await wait.value;
-        continue;
-      }
-      while (read !== written) {
-        const at = (read % REQUEST_SLOTS) * RECORD_WORDS;
-        const record = this.#records.slice(at, at + RECORD_WORDS);
-        read = (read + 1) | 0;
-        Atomics.store(words, I_READ, read);
-        take(record);
-      }
+      await this.#ring.wait();
+      this.#ring.drain(copy);
     }
   }
 
   /** Ends {@linkcode run} at its next wake-up. */
   stop(): void {
     this.#stopped = true;
-    Atomics.notify(this.#words, I_WRITTEN);
+    this.#ring.wake();
   }
 }
 
