@@ -6,6 +6,7 @@ import {
   CompletionReader,
   CompletionWriter,
 } from "../../backend/cpu/_completions.ts";
+import { moduleWorker } from "../_util/worker.ts";
 
 function completion(id: number): Completion {
   return {
@@ -56,21 +57,14 @@ Deno.test("CompletionReader.watch() wakes for a record written by another thread
     pending--;
   });
   const watching = reader.watch(() => pending > 0);
-  const worker = new Worker(
-    `data:application/javascript,${
-      encodeURIComponent(`
-        self.onmessage = async (e) => {
-          const { CompletionWriter } = await import(e.data.module);
-          const writer = new CompletionWriter(e.data.buffer);
-          for (const id of [11, 12, 13]) {
-            await new Promise((r) => setTimeout(r, 20));
-            writer.write({ id, algorithm: 0, bytes: 0, bytesSent: 0, timeMs: 0, startedAt: 0, finishedAt: 0 });
-          }
-          self.postMessage("done");
-        };
-      `)
-    }`,
-    { type: "module" },
+  const worker = moduleWorker(
+    new URL("../../backend/cpu/_completions.ts", import.meta.url),
+    `const writer = new m.CompletionWriter(data.buffer);
+    for (const id of [11, 12, 13]) {
+      await new Promise((r) => setTimeout(r, 20));
+      writer.write({ id, algorithm: 0, bytes: 0, bytesSent: 0, timeMs: 0, startedAt: 0, finishedAt: 0 });
+    }
+    self.postMessage("done");`,
   );
   try {
     const done = new Promise((resolve) => worker.onmessage = resolve);

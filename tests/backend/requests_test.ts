@@ -9,6 +9,7 @@ import {
   RequestWriter,
 } from "../../backend/cpu/_requests.ts";
 import type { OpRequest } from "../../backend/cpu/_protocol.ts";
+import { moduleWorker } from "../_util/worker.ts";
 
 const ALGORITHMS = ["ring", "tree", "direct"];
 
@@ -81,24 +82,17 @@ Deno.test("RequestReader.run() hands over calls written by another thread, in or
     got.push(record[0]);
     if (got.length === 3 * REQUEST_SLOTS) resolve();
   });
-  const worker = new Worker(
-    `data:application/javascript,${
-      encodeURIComponent(`
-        self.onmessage = async (e) => {
-          const { RequestWriter } = await import(e.data.module);
-          const writer = new RequestWriter(e.data.buffer);
-          let id = 1;
-          while (id <= ${3 * REQUEST_SLOTS}) {
-            if (writer.write((slot) => (slot[0] = id, true))) id++;
-            else await new Promise((r) => setTimeout(r, 1));
-          }
-        };
-      `)
+  const worker = moduleWorker(
+    new URL("../../backend/cpu/_requests.ts", import.meta.url),
+    `const writer = new m.RequestWriter(data.buffer);
+    let id = 1;
+    while (id <= ${3 * REQUEST_SLOTS}) {
+      if (writer.write((slot) => (slot[0] = id, true))) id++;
+      else await new Promise((r) => setTimeout(r, 1));
     }`,
-    { type: "module" },
   );
   try {
-    worker.postMessage({ buffer, module: new URL("../../backend/cpu/_requests.ts", import.meta.url).href });
+    worker.postMessage({ buffer });
     await three;
     assert.deepEqual(got, Array.from({ length: 3 * REQUEST_SLOTS }, (_, i) => i + 1));
   } finally {
