@@ -4,6 +4,8 @@
  */
 import assert from "node:assert/strict";
 import { generateSecret } from "../../store/secret.ts";
+import { spawnThreads } from "../../backend/threads.ts";
+import type { TimeoutResult } from "./_fixtures/timeouts.ts";
 
 const FIXTURE = new URL("./_fixtures/fault_rank.ts", import.meta.url).pathname;
 
@@ -120,4 +122,14 @@ Deno.test("a rank that skips a collective makes the others time out, naming the 
   const f2 = failure(ranks[2]);
   assert.ok(f2);
   assert.match(f2.message, /Timed out|aborted/);
+});
+
+Deno.test("a call's own short timeout fires after calls with the long default (one timer serves all)", async () => {
+  const results = await spawnThreads(new URL("./_fixtures/timeouts.ts", import.meta.url), {
+    worldSize: 2,
+    timeoutMs: 60_000,
+  }).catch((e: Error) => [{ message: `spawnThreads failed: ${e.message}`, ms: -1 }]);
+  const r0 = results[0] as TimeoutResult;
+  assert.match(r0.message, /Timed out after 400 ms in allReduce\(16 × float32/);
+  assert.ok(r0.ms >= 390 && r0.ms < 5_000, `failed after ${r0.ms} ms`);
 });
