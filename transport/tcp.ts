@@ -105,6 +105,11 @@ export interface TcpTransportOptions {
 
 /** How long a failing rank waits for a send under way before it gives up telling that peer why. */
 const ABORT_GRACE_MS = 1000;
+/**
+ * How long a failed write waits for the reader of the same connection before it names the failure: a peer
+ * that aborted wrote its reason before it closed, and that frame may still be on its way to the reader.
+ */
+const WRITE_FAILURE_GRACE_MS = 200;
 /** Where payloads go that nobody wants anymore (after a failure), so the stream stays in step. */
 const DISCARD_BYTES = 1 << 20;
 
@@ -455,6 +460,13 @@ class TcpPair implements Pair {
         await writeAll(this.#conns[i], payload.subarray(start, end));
       }));
     } catch (error) {
+      // The peer's ABORT (with its reason) may be just behind this error: let the reader get to it first.
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      await Promise.race([
+        this.done,
+        new Promise((resolve) => timer = setTimeout(resolve, WRITE_FAILURE_GRACE_MS)),
+      ]);
+      clearTimeout(timer);
       throw this.#brokenStream(error, "send to");
     }
   }
