@@ -18,9 +18,7 @@ import { RdmaTransport } from "../../transport/rdma.ts";
 import { gatedTest, type GateOptions } from "../_util/skip.ts";
 import { descriptor, firstWrongByte, indexOf, MESSAGE_SIZES } from "./_fixtures/_pattern.ts";
 import { type RdmaSuite, rdmaTransportCases } from "./_rdma_cases.ts";
-import { settledWithin } from "./_transport_cases.ts";
-
-const FIXTURE = new URL("./_fixtures/rdma_rank.ts", import.meta.url).pathname;
+import { RankProcess } from "./_fixtures/rank_process.ts";
 
 /** Whether this machine has an RDMA device with an active port, and if not, why. */
 function rdmaHardware(): GateOptions {
@@ -59,63 +57,10 @@ const suite: RdmaSuite = { label: "", gate: rdmaHardware(), options: () => ({ he
 
 rdmaTransportCases(suite);
 
-/** A rank run as a separate process, with its JSON events from stdout. */
-class RankProcess implements AsyncDisposable {
-  readonly child: Deno.ChildProcess;
-  readonly #events: Record<string, unknown>[] = [];
-  #wake: () => void = () => {};
-  readonly #pump: Promise<void>;
-
-  constructor(port: number, rank: number, size: number, scenario: string) {
-    this.child = new Deno.Command(Deno.execPath(), {
-      args: ["run", "-A", FIXTURE, String(port), String(rank), String(size), scenario],
-      stdout: "piped",
-      stderr: "inherit",
-    }).spawn();
-    this.#pump = this.#read();
-  }
-
-  async #read(): Promise<void> {
-    let buffered = "";
-    for await (const chunk of this.child.stdout.pipeThrough(new TextDecoderStream())) {
-      buffered += chunk;
-      let newline;
-      while ((newline = buffered.indexOf("\n")) >= 0) {
-        this.#events.push(JSON.parse(buffered.slice(0, newline)));
-        buffered = buffered.slice(newline + 1);
-        this.#wake();
-      }
-    }
-    this.#wake();
-  }
-
-  async next(event: string, timeoutMs = 20_000): Promise<Record<string, unknown>> {
-    const deadline = Date.now() + timeoutMs;
-    while (true) {
-      const found = this.#events.find((e) => e.event === event);
-      if (found) return found;
-      const wait = new Promise<void>((resolve) => this.#wake = resolve);
-      if ((await settledWithin(wait, deadline - Date.now())) === "pending") {
-        throw new Error(`No ${event} event within ${timeoutMs} ms; got ${JSON.stringify(this.#events)}`);
-      }
-    }
-  }
-
-  async [Symbol.asyncDispose](): Promise<void> {
-    try {
-      this.child.kill("SIGKILL");
-    } catch {
-      // It has exited already.
-    }
-    await this.child.status;
-    await this.#pump;
-  }
-}
-
 gatedTest("RdmaTransport delivers every size in order between two processes", suite.gate, async () => {
   await using server = await TcpStoreServer.listen();
   await using store = await TcpStore.connect({ port: server.port, timeoutMs: 30_000 });
-  await using peer = new RankProcess(server.port, 1, 2, "send-sizes");
+  await using peer = new RankProcess("rdma", server.port, 1, 2, "send-sizes");
   await using t = await RdmaTransport.connect(store, { rank: 0, size: 2, timeoutMs: 30_000 });
   for (const [i, bytes] of MESSAGE_SIZES.entries()) {
     const into = new Uint8Array(bytes);
@@ -131,8 +76,8 @@ gatedTest("RdmaTransport delivers every size in order between two processes", su
 gatedTest("RdmaTransport fails every rank fast when a peer process dies, naming it", suite.gate, async () => {
   await using server = await TcpStoreServer.listen();
   await using store = await TcpStore.connect({ port: server.port, timeoutMs: 30_000 });
-  await using survivor = new RankProcess(server.port, 1, 3, "wait");
-  await using victim = new RankProcess(server.port, 2, 3, "hang");
+  await using survivor = new RankProcess("rdma", server.port, 1, 3, "wait");
+  await using victim = new RankProcess("rdma", server.port, 2, 3, "hang");
   await using t = await RdmaTransport.connect(store, {
     rank: 0,
     size: 3,

@@ -16,9 +16,8 @@ import {
 } from "../../transport/_tcp_wire.ts";
 import { TcpTransport, type TcpTransportOptions } from "../../transport/tcp.ts";
 import { descriptor, firstWrongByte, indexOf, MESSAGE_SIZES } from "./_fixtures/_pattern.ts";
-import { message, settledWithin, transportCases, type TransportSuite, world } from "./_transport_cases.ts";
-
-const FIXTURE = new URL("./_fixtures/tcp_rank.ts", import.meta.url).pathname;
+import { message, transportCases, type TransportSuite, world } from "./_transport_cases.ts";
+import { RankProcess } from "./_fixtures/rank_process.ts";
 
 const TCP: TransportSuite<TcpTransportOptions> = {
   name: "TcpTransport",
@@ -129,64 +128,10 @@ Deno.test("TcpTransport fails when a peer sends a malformed frame header", async
   await store.close();
 });
 
-/** A rank run as a separate process, with its JSON events from stdout. */
-class RankProcess implements AsyncDisposable {
-  readonly child: Deno.ChildProcess;
-  readonly #events: Record<string, unknown>[] = [];
-  #wake: () => void = () => {};
-  readonly #pump: Promise<void>;
-
-  constructor(port: number, rank: number, size: number, scenario: string) {
-    this.child = new Deno.Command(Deno.execPath(), {
-      args: ["run", "-A", FIXTURE, String(port), String(rank), String(size), scenario],
-      stdout: "piped",
-      stderr: "inherit",
-    }).spawn();
-    this.#pump = this.#read();
-  }
-
-  async #read(): Promise<void> {
-    let buffered = "";
-    for await (const chunk of this.child.stdout.pipeThrough(new TextDecoderStream())) {
-      buffered += chunk;
-      let newline;
-      while ((newline = buffered.indexOf("\n")) >= 0) {
-        this.#events.push(JSON.parse(buffered.slice(0, newline)));
-        buffered = buffered.slice(newline + 1);
-        this.#wake();
-      }
-    }
-    this.#wake();
-  }
-
-  /** Waits for the event named `event` and returns it. */
-  async next(event: string, timeoutMs = 15_000): Promise<Record<string, unknown>> {
-    const deadline = Date.now() + timeoutMs;
-    while (true) {
-      const found = this.#events.find((e) => e.event === event);
-      if (found) return found;
-      const wait = new Promise<void>((resolve) => this.#wake = resolve);
-      if ((await settledWithin(wait, deadline - Date.now())) === "pending") {
-        throw new Error(`No ${event} event within ${timeoutMs} ms; got ${JSON.stringify(this.#events)}`);
-      }
-    }
-  }
-
-  async [Symbol.asyncDispose](): Promise<void> {
-    try {
-      this.child.kill("SIGKILL");
-    } catch {
-      // It has exited already.
-    }
-    await this.child.status;
-    await this.#pump;
-  }
-}
-
 Deno.test("TcpTransport delivers every size in order between two processes", async () => {
   await using server = await TcpStoreServer.listen();
   await using store = await TcpStore.connect({ port: server.port, timeoutMs: 20_000 });
-  await using peer = new RankProcess(server.port, 1, 2, "send-sizes");
+  await using peer = new RankProcess("tcp", server.port, 1, 2, "send-sizes");
   await using t = await TcpTransport.connect(store, { rank: 0, size: 2, timeoutMs: 20_000 });
   for (const [i, bytes] of MESSAGE_SIZES.entries()) {
     const into = new Uint8Array(bytes);
@@ -202,8 +147,8 @@ Deno.test("TcpTransport delivers every size in order between two processes", asy
 Deno.test("TcpTransport fails every rank fast when a peer process dies", async () => {
   await using server = await TcpStoreServer.listen();
   await using store = await TcpStore.connect({ port: server.port, timeoutMs: 20_000 });
-  await using survivor = new RankProcess(server.port, 1, 3, "wait");
-  await using victim = new RankProcess(server.port, 2, 3, "hang");
+  await using survivor = new RankProcess("tcp", server.port, 1, 3, "wait");
+  await using victim = new RankProcess("tcp", server.port, 2, 3, "hang");
   await using t = await TcpTransport.connect(store, { rank: 0, size: 3, timeoutMs: 20_000 });
   await Promise.all([survivor.next("ready"), victim.next("ready")]);
   const pending = t.pair(2).recv(new Uint8Array(8));

@@ -1,7 +1,7 @@
 /**
- * One rank of a multi-process TCP transport test, run as
- * `deno run -A tcp_rank.ts <port> <rank> <size> <scenario> [sockets]`, with the test process as rank 0 and
- * the TCP store server. It prints one JSON line per event on stdout: `{"event":"ready"}` once connected,
+ * One rank of a multi-process transport test, run as
+ * `deno run -A transport_rank.ts <tcp|rdma> <port> <rank> <size> <scenario>`, with the test process as rank 0
+ * and the TCP store server (RDMA needs RDMA hardware). It prints one JSON line per event on stdout: `{"event":"ready"}` once connected,
  * `{"event":"failed",...}` when the transport fails, `{"event":"done"}` at the end.
  *
  * Scenarios:
@@ -14,18 +14,18 @@
  */
 import { TcpStore } from "../../../store/tcp_store.ts";
 import { TcpTransport } from "../../../transport/tcp.ts";
+import { RdmaTransport } from "../../../transport/rdma.ts";
+import type { Transport } from "../../../transport/transport.ts";
 import { descriptor, fillPattern, MESSAGE_SIZES } from "./_pattern.ts";
 
-const [port, rank, size, scenario, sockets] = Deno.args;
+const [kind, port, rank, size, scenario] = Deno.args;
 const say = (event: Record<string, unknown>): void => console.log(JSON.stringify(event));
 
 await using store = await TcpStore.connect({ port: Number(port), timeoutMs: 20_000 });
-await using transport = await TcpTransport.connect(store, {
-  rank: Number(rank),
-  size: Number(size),
-  timeoutMs: 20_000,
-  socketsPerPeer: Number(sockets ?? 1),
-});
+const options = { rank: Number(rank), size: Number(size), timeoutMs: 20_000 };
+await using transport: Transport = kind === "rdma"
+  ? await RdmaTransport.connect(store, { ...options, heartbeatMs: 500 })
+  : await TcpTransport.connect(store, options);
 say({ event: "ready" });
 transport.failed.then((error) => {
   say({
