@@ -388,29 +388,18 @@ export class MpiProcessGroup implements ProcessGroup {
     this.#intCount(what, input.length);
     this.#algorithm(what, options.algorithm);
     return this.#start(() => {
-      const source = overlap(input, output) ? input.slice() : input;
       const dt = MPI_DATATYPE[dtype];
       const comm = this.#handle();
-      return {
-        collective: "allGather",
-        what: () => this.#describe(what, input.length, dtype, "per rank"),
+      return this.#outOfPlace(
+        output,
+        input,
+        "allGather",
+        "MPI_Iallgather",
+        () => this.#describe(what, input.length, dtype, "per rank"),
         options,
-        bytes: input.byteLength,
-        keep: [source, output],
-        chunks: 1,
-        call: "MPI_Iallgather",
-        issue: (_, req) =>
-          this.#rt.mpi.MPI_Iallgather(
-            pointerOf(source),
-            source.length,
-            dt,
-            pointerOf(output),
-            source.length,
-            dt,
-            comm,
-            req,
-          ),
-      };
+        (src, out, req) =>
+          this.#rt.mpi.MPI_Iallgather(src, input.length, dt, out, input.length, dt, comm, req),
+      );
     });
   }
 
@@ -434,30 +423,20 @@ export class MpiProcessGroup implements ProcessGroup {
     this.#intCount(what, output.length);
     this.#algorithm(what, options.algorithm);
     return this.#start(() => {
-      const source = overlap(input, output) ? input.slice() : input;
       const mpiOp = this.#rt.op(dtype, op);
       const dt = MPI_DATATYPE[dtype];
       const comm = this.#handle();
-      return {
-        collective: "reduceScatter",
-        what: () => this.#describe(what, output.length, dtype, "per rank"),
+      return this.#outOfPlace(
+        output,
+        input,
+        "reduceScatter",
+        "MPI_Ireduce_scatter_block",
+        () => this.#describe(what, output.length, dtype, "per rank"),
         options,
-        bytes: input.byteLength,
-        keep: [source, output],
-        chunks: 1,
-        call: "MPI_Ireduce_scatter_block",
-        issue: (_, req) =>
-          this.#rt.mpi.MPI_Ireduce_scatter_block(
-            pointerOf(source),
-            pointerOf(output),
-            output.length,
-            dt,
-            mpiOp,
-            comm,
-            req,
-          ),
-        finish: op === "avg" ? () => this.#divide(output, dtype) : undefined,
-      };
+        (src, out, req) =>
+          this.#rt.mpi.MPI_Ireduce_scatter_block(src, out, output.length, dt, mpiOp, comm, req),
+        op === "avg" ? () => this.#divide(output, dtype) : undefined,
+      );
     });
   }
 
@@ -481,20 +460,17 @@ export class MpiProcessGroup implements ProcessGroup {
     this.#intCount(what, block);
     this.#algorithm(what, options.algorithm);
     return this.#start(() => {
-      const source = overlap(input, output) ? input.slice() : input;
       const dt = MPI_DATATYPE[dtype];
       const comm = this.#handle();
-      return {
-        collective: "allToAll",
-        what: () => this.#describe(what, block, dtype, "per block"),
+      return this.#outOfPlace(
+        output,
+        input,
+        "allToAll",
+        "MPI_Ialltoall",
+        () => this.#describe(what, block, dtype, "per block"),
         options,
-        bytes: input.byteLength,
-        keep: [source, output],
-        chunks: 1,
-        call: "MPI_Ialltoall",
-        issue: (_, req) =>
-          this.#rt.mpi.MPI_Ialltoall(pointerOf(source), block, dt, pointerOf(output), block, dt, comm, req),
-      };
+        (src, out, req) => this.#rt.mpi.MPI_Ialltoall(src, block, dt, out, block, dt, comm, req),
+      );
     });
   }
 
@@ -808,6 +784,37 @@ export class MpiProcessGroup implements ProcessGroup {
       call,
       issue: (i, req) => issue(pointerOf(tensor, i * CHUNK), Math.min(CHUNK, n - i * CHUNK), req, i),
       ...extra,
+    };
+  }
+
+  /**
+   * The call of an out-of-place collective: one MPI call from `input` into `output`, with `input` copied
+   * first when the two overlap (MPI forbids it).
+   *
+   * @param issue Starts it: from `source` into `out`, its request in `request`.
+   * @param finish Runs once it is done.
+   */
+  #outOfPlace(
+    output: Tensor,
+    input: Tensor,
+    collective: string,
+    call: string,
+    what: () => string,
+    options: CallOptions,
+    issue: (source: Deno.PointerObject, out: Deno.PointerObject, request: Int32Array) => number,
+    finish?: () => void,
+  ): Call {
+    const source = overlap(input, output) ? input.slice() : input;
+    return {
+      collective,
+      what,
+      options,
+      bytes: input.byteLength,
+      keep: [source, output],
+      chunks: 1,
+      call,
+      issue: (_, req) => issue(pointerOf(source), pointerOf(output), req),
+      finish,
     };
   }
 
