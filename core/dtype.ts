@@ -135,6 +135,21 @@ export function dtypeOf(array: TypedArray, dtype?: DType): DType {
 }
 
 function inferDType(array: TypedArray): DType {
+  const dtype = arrayDType(array);
+  if (dtype !== undefined) return dtype;
+  throw new TypeError(
+    `Unsupported tensor: expected a TypedArray of a dcomm dtype, found ${arrayKind(array)}`,
+  );
+}
+
+/**
+ * The dtype a TypedArray holds by its class, or undefined for other values (a Uint16Array is float16 or
+ * bfloat16 only by the caller's word, so it is undefined too).
+ *
+ * @param array Any value.
+ * @returns The dtype, or undefined.
+ */
+export function arrayDType(array: unknown): DType | undefined {
   if (array instanceof Float32Array) return "float32";
   if (array instanceof Float64Array) return "float64";
   if (array instanceof Int32Array) return "int32";
@@ -144,9 +159,7 @@ function inferDType(array: TypedArray): DType {
   if (array instanceof BigInt64Array) return "int64";
   if (array instanceof BigUint64Array) return "uint64";
   if (array instanceof Float16Array) return "float16";
-  throw new TypeError(
-    `Unsupported tensor: expected a TypedArray of a dcomm dtype, found ${arrayKind(array)}`,
-  );
+  return undefined;
 }
 
 /** A Uint8Array over the same bytes as `array` (no copy). */

@@ -6,6 +6,7 @@
  * @module
  */
 import {
+  arrayDType,
   arrayKind,
   type DType,
   DTYPES,
@@ -69,7 +70,7 @@ export function tensorDType(verb: string, role: string, array: unknown, dtype: D
         (dtype === undefined ? "none" : show(dtype)),
     );
   }
-  const inferred = inferDType(array);
+  const inferred = arrayDType(array);
   if (inferred === undefined) {
     throw new TypeError(
       `Cannot ${verb}: expected ${role} to be a TypedArray of a dcomm dtype, found ${arrayKind(array)}`,
@@ -81,19 +82,6 @@ export function tensorDType(verb: string, role: string, array: unknown, dtype: D
     );
   }
   return inferred;
-}
-
-function inferDType(array: ArrayBufferView): DType | undefined {
-  if (array instanceof Float32Array) return "float32";
-  if (array instanceof Float64Array) return "float64";
-  if (array instanceof Int32Array) return "int32";
-  if (array instanceof Uint32Array) return "uint32";
-  if (array instanceof Int8Array) return "int8";
-  if (array instanceof Uint8Array) return "uint8";
-  if (array instanceof BigInt64Array) return "int64";
-  if (array instanceof BigUint64Array) return "uint64";
-  if (array instanceof Float16Array) return "float16";
-  return undefined;
 }
 
 /** The dtype of a second operand: a Uint16Array takes the first operand's 16-bit float dtype. */
