@@ -5,6 +5,8 @@
  * @module
  */
 
+import type { Pair, Transport } from "../../../transport/transport.ts";
+
 /**
  * Fills `into` with the pattern of `seed`.
  *
@@ -79,4 +81,38 @@ export function descriptor(index: number): Uint8Array {
 /** The message index of a descriptor made by {@linkcode descriptor}. */
 export function indexOf(desc: Uint8Array): number {
   return new DataView(desc.buffer, desc.byteOffset, 32).getUint32(0, true);
+}
+
+/**
+ * The `send-sizes` scenario of the rank fixtures: sends every size of {@linkcode MESSAGE_SIZES} to `root`
+ * at once (message i filled with the pattern of seed i), then waits for its 0-byte reply.
+ */
+export async function sendSizes(root: Pair): Promise<void> {
+  await Promise.all(MESSAGE_SIZES.map((size, i) => {
+    const payload = new Uint8Array(size);
+    fillPattern(payload, i);
+    return root.send(descriptor(i), payload);
+  }));
+  await root.recv(new Uint8Array(0));
+}
+
+/**
+ * The `all-to-all` scenario of the rank fixtures: `bytes` to and from every other rank at once, rank r's
+ * message to p filled with the pattern of seed 100 r + p.
+ *
+ * @returns The peers whose message arrived wrong.
+ */
+export async function allToAll(transport: Transport, bytes: number): Promise<number[]> {
+  const rank = transport.rank;
+  const peers = Array.from({ length: transport.size }, (_, p) => p).filter((p) => p !== rank);
+  const got = peers.map(() => new Uint8Array(bytes));
+  await Promise.all([
+    ...peers.map((peer) => {
+      const payload = new Uint8Array(bytes);
+      fillPattern(payload, rank * 100 + peer);
+      return transport.pair(peer).send(descriptor(rank), payload);
+    }),
+    ...peers.map((peer, i) => transport.pair(peer).recv(got[i])),
+  ]);
+  return peers.filter((peer, i) => firstWrongByte(got[i], peer * 100 + rank) !== -1);
 }

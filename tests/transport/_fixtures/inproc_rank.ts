@@ -19,7 +19,7 @@
 /// <reference no-default-lib="true" />
 /// <reference lib="deno.worker" />
 import { type InprocMesh, InprocTransport } from "../../../transport/inproc.ts";
-import { descriptor, fillPattern, firstWrongByte, MESSAGE_SIZES } from "./_pattern.ts";
+import { allToAll, descriptor, fillPattern, firstWrongByte, sendSizes } from "./_pattern.ts";
 
 interface Start {
   mesh: InprocMesh;
@@ -41,25 +41,10 @@ self.onmessage = async (event: MessageEvent<Start>) => {
     );
     const root = transport.pair(0);
     if (scenario === "send-sizes") {
-      await Promise.all(MESSAGE_SIZES.map((size, i) => {
-        const payload = new Uint8Array(size);
-        fillPattern(payload, i);
-        return root.send(descriptor(i), payload);
-      }));
-      await root.recv(new Uint8Array(0));
+      await sendSizes(root);
       post({ event: "done" });
     } else if (scenario === "all-to-all") {
-      const peers = Array.from({ length: transport.size }, (_, p) => p).filter((p) => p !== rank);
-      const got = peers.map(() => new Uint8Array(bytes));
-      await Promise.all([
-        ...peers.map((peer) => {
-          const payload = new Uint8Array(bytes);
-          fillPattern(payload, rank * 100 + peer);
-          return transport.pair(peer).send(descriptor(rank), payload);
-        }),
-        ...peers.map((peer, i) => transport.pair(peer).recv(got[i])),
-      ]);
-      const wrong = peers.filter((peer, i) => firstWrongByte(got[i], peer * 100 + rank) !== -1);
+      const wrong = await allToAll(transport, bytes);
       post({ event: "done", wrong });
     } else if (scenario === "send-first") {
       const payload = new Uint8Array(bytes);

@@ -19,7 +19,7 @@
  */
 import { TcpStore } from "../../../store/tcp_store.ts";
 import { ShmTransport } from "../../../transport/shm.ts";
-import { descriptor, fillPattern, firstWrongByte, MESSAGE_SIZES } from "./_pattern.ts";
+import { allToAll, descriptor, fillPattern, firstWrongByte, sendSizes } from "./_pattern.ts";
 
 const [port, rankArg, sizeArg, scenario, bytesArg, ringArg, countArg] = Deno.args;
 const rank = Number(rankArg);
@@ -40,25 +40,11 @@ say({ event: "ready", pid: Deno.pid });
 
 const root = transport.pair(0);
 if (scenario === "send-sizes") {
-  await Promise.all(MESSAGE_SIZES.map((size, i) => {
-    const payload = new Uint8Array(size);
-    fillPattern(payload, i);
-    return root.send(descriptor(i), payload);
-  }));
-  await root.recv(new Uint8Array(0));
+  await sendSizes(root);
   say({ event: "done" });
 } else if (scenario === "all-to-all") {
-  const peers = Array.from({ length: transport.size }, (_, p) => p).filter((p) => p !== rank);
-  const got = peers.map(() => new Uint8Array(bytes));
-  await Promise.all([
-    ...peers.map((peer) => {
-      const payload = new Uint8Array(bytes);
-      fillPattern(payload, rank * 100 + peer);
-      return transport.pair(peer).send(descriptor(rank), payload);
-    }),
-    ...peers.map((peer, i) => transport.pair(peer).recv(got[i])),
-  ]);
-  say({ event: "done", wrong: peers.filter((peer, i) => firstWrongByte(got[i], peer * 100 + rank) !== -1) });
+  const wrong = await allToAll(transport, bytes);
+  say({ event: "done", wrong });
 } else if (scenario === "send-first") {
   const payload = new Uint8Array(bytes);
   fillPattern(payload, rank);

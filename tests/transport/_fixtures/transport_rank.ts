@@ -16,7 +16,7 @@ import { TcpStore } from "../../../store/tcp_store.ts";
 import { TcpTransport } from "../../../transport/tcp.ts";
 import { RdmaTransport } from "../../../transport/rdma.ts";
 import type { Transport } from "../../../transport/transport.ts";
-import { descriptor, fillPattern, MESSAGE_SIZES } from "./_pattern.ts";
+import { sendSizes } from "./_pattern.ts";
 
 const [kind, port, rank, size, scenario] = Deno.args;
 const say = (event: Record<string, unknown>): void => console.log(JSON.stringify(event));
@@ -38,14 +38,7 @@ transport.failed.then((error) => {
 });
 
 if (scenario === "send-sizes") {
-  const peer = transport.pair(0);
-  const sends = MESSAGE_SIZES.map((bytes, i) => {
-    const payload = new Uint8Array(bytes);
-    fillPattern(payload, i);
-    return peer.send(descriptor(i), payload);
-  });
-  await Promise.all(sends);
-  await peer.recv(new Uint8Array(0));
+  await sendSizes(transport.pair(0));
 } else if (scenario === "wait") {
   try {
     await transport.pair(transport.size - 1).recv(new Uint8Array(8));
