@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { TransportError } from "../../core/errors.ts";
 import { createInprocMesh, InprocTransport } from "../../transport/inproc.ts";
-import { descriptor, fillPattern, firstWrongByte, indexOf, MESSAGE_SIZES } from "./_fixtures/_pattern.ts";
+import { descriptor, fillPattern, firstWrongByte, indexOf, receiveSizes } from "./_fixtures/_pattern.ts";
 import { RankWorker } from "./_fixtures/inproc_workers.ts";
 
 const DESC = new Uint8Array(32);
@@ -11,18 +11,7 @@ Deno.test("InprocTransport delivers 0 B to 64 MiB in order from a Worker, receiv
   await using transport = InprocTransport.create(mesh, 0);
   using worker = new RankWorker(mesh, 1, { scenario: "send-sizes" });
   const peer = transport.pair(1);
-  const got = MESSAGE_SIZES.map((bytes) => new Uint8Array(bytes));
-  const half = Math.floor(got.length / 2);
-  // The first half is posted at once; the rest after the sender had time to fill the ring.
-  const early = got.slice(0, half).map((into) => peer.recv(into));
-  await new Promise((resolve) => setTimeout(resolve, 50));
-  const late = got.slice(half).map((into) => peer.recv(into));
-  const descs = await Promise.all([...early, ...late]);
-  for (let i = 0; i < got.length; i++) {
-    assert.equal(indexOf(descs[i]), i);
-    assert.equal(firstWrongByte(got[i], i), -1, `message ${i} (${got[i].length} bytes) is wrong`);
-  }
-  await peer.send(DESC, new Uint8Array(0));
+  await receiveSizes(peer);
   await worker.done();
 });
 

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { TimeoutError, TransportError } from "../../core/errors.ts";
 import { MemoryStore } from "../../store/memory_store.ts";
 import { ShmTransport } from "../../transport/shm.ts";
-import { descriptor, fillPattern, firstWrongByte, indexOf, MESSAGE_SIZES } from "./_fixtures/_pattern.ts";
+import { descriptor, fillPattern, firstWrongByte, indexOf, receiveSizes } from "./_fixtures/_pattern.ts";
 import { segmentsOf, World } from "./_fixtures/shm_processes.ts";
 
 const DESC = new Uint8Array(32);
@@ -25,17 +25,7 @@ Deno.test("ShmTransport delivers 0 B to 64 MiB in order between two processes, a
     "names are removed once every rank mapped them",
   );
   const peer = transport.pair(1);
-  const got = MESSAGE_SIZES.map((bytes) => new Uint8Array(bytes));
-  const half = Math.floor(got.length / 2);
-  const early = got.slice(0, half).map((into) => peer.recv(into));
-  await new Promise((resolve) => setTimeout(resolve, 50));
-  const late = got.slice(half).map((into) => peer.recv(into));
-  const descs = await Promise.all([...early, ...late]);
-  for (let i = 0; i < got.length; i++) {
-    assert.equal(indexOf(descs[i]), i);
-    assert.equal(firstWrongByte(got[i], i), -1, `message ${i} (${got[i].length} bytes) is wrong`);
-  }
-  await peer.send(DESC, new Uint8Array(0));
+  await receiveSizes(peer);
   await world.ranks[0].next("done");
   await transport.close();
   assert.equal((await world.ranks[0].exit()).code, 0);

@@ -5,6 +5,7 @@
  * @module
  */
 
+import assert from "node:assert/strict";
 import type { Pair, Transport } from "../../../transport/transport.ts";
 
 /**
@@ -115,4 +116,23 @@ export async function allToAll(transport: Transport, bytes: number): Promise<num
     ...peers.map((peer, i) => transport.pair(peer).recv(got[i])),
   ]);
   return peers.filter((peer, i) => firstWrongByte(got[i], peer * 100 + rank) !== -1);
+}
+
+/**
+ * The receiving end of {@linkcode sendSizes}: receives every size from `peer` and checks each, posting
+ * the first half of the receives at once and the rest after the sender had time to fill the ring, then
+ * sends the 0-byte reply.
+ */
+export async function receiveSizes(peer: Pair): Promise<void> {
+  const got = MESSAGE_SIZES.map((bytes) => new Uint8Array(bytes));
+  const half = Math.floor(got.length / 2);
+  const early = got.slice(0, half).map((into) => peer.recv(into));
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  const late = got.slice(half).map((into) => peer.recv(into));
+  const descs = await Promise.all([...early, ...late]);
+  for (let i = 0; i < got.length; i++) {
+    assert.equal(indexOf(descs[i]), i);
+    assert.equal(firstWrongByte(got[i], i), -1, `message ${i} (${got[i].length} bytes) is wrong`);
+  }
+  await peer.send(descriptor(0), new Uint8Array(0));
 }
