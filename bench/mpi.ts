@@ -1,19 +1,24 @@
 /**
  * `deno run -A bench/mpi.ts`: the mpi backend's all-reduce against MPICH's own `MPI_Allreduce` called from C,
- * in one invocation, with nccl-tests' flags and table. It builds `bench/native/mpi_allreduce.c` with mpicc,
- * then for each of `--trials` rounds runs the C program and this file's rank mode under
- * `mpiexec -n <--np>`, both on the same sizes, and keeps each side's best round per size. Rows go to
- * `bench/results/collectives-mpi.json`: one `runner: "dcomm"` and one `runner: "c"` row per size, the dcomm
- * row with the C row's busbw and the ratio.
+ * in one invocation, with nccl-tests' flags and table. It builds `bench/native/mpi_allreduce.c` with mpicc
+ * twice, as a program and as a shared library, then for each of `--trials` runs starts the C program and
+ * this file's rank mode under `mpiexec -n <--np>`, both on the same sizes, and keeps each side's best round
+ * per size. The rank mode times the mpi backend and, round by round in turn with it, the C program's own loop
+ * of `MPI_Allreduce` calls from the library (`dcomm_allreduce_loop`, one FFI call per round, no JS between
+ * two MPI calls): the same C code in the same processes at the same moments. That is the peer the ratio is
+ * taken against: this machine's speed changes between runs by up to 2× (the C program alone, run after run,
+ * takes 130 or 300 µs for 512 KiB), which a separate program's best-of-runs does not cancel. Rows go to
+ * `bench/results/collectives-mpi.json`: `runner: "dcomm"`, `"c-inproc"` and `"c"` rows per size, the dcomm
+ * row with both C rows' busbw and ratios.
  *
  * Both sides measure alike (nccl-tests' definitions): float32 sum, in place; `time` is the slowest rank's
  * wall time of `-n` back-to-back calls, divided by `-n`, after `-w` untimed calls (plus 200 more before
- * the first size, and, on the dcomm side, 3000 calls of a 1 KiB all-reduce before that, which take the
+ * the first size, and, in the rank mode, 3000 calls of a 1 KiB all-reduce before that, which take the
  * JIT to its optimising tier); each size is timed `-r` times and the fastest counts (on a
  * shared machine the fastest round is the least disturbed); `algbw = bytes / time`;
  * `busbw = algbw · 2(n−1)/n`; `#wrong` counts elements that differ from the exact sum after one checked call
  * on fresh data (small integers, exact in any order). The dcomm side awaits each call (one `MPI_Iallreduce`
- * completed by the poller); the C side blocks in `MPI_Allreduce`.
+ * completed by the poller); the C loops block in `MPI_Allreduce`.
  *
  * ```sh
  * deno run -A bench/mpi.ts      # --np 2 -b 8 -e 32M -f 4 -n 20 -w 5 -r 5 -c 1 --trials 3
@@ -54,18 +59,34 @@ export interface CollectiveRow extends AllReduceSample {
   /** `"mpi"`. */
   transport: string;
   /**
-   * Who ran it: `"dcomm"` (the mpi backend), `"ffi"` (blocking `MPI_Allreduce` through the FFI binding, in
-   * the same processes) or `"c"` (`MPI_Allreduce` from C).
+   * Who ran it: `"dcomm"` (the mpi backend), `"c-inproc"` (the C program's loop of `MPI_Allreduce` calls,
+   * from its shared library, in the dcomm ranks' processes, round by round with dcomm) or `"c"` (the C
+   * program in processes of its own).
    */
-  runner: "dcomm" | "ffi" | "c";
+  runner: "dcomm" | "c-inproc" | "c";
   /** World size. */
   ranks: number;
   /** `"float32"`. */
   dtype: string;
-  /** For dcomm rows: the C row's busbw at the same size. */
+  /** For dcomm rows: the `"c-inproc"` row's busbw at the same size (the peer of the target). */
   baselineBusbwGBs?: number;
-  /** For dcomm rows: busbw / the C row's busbw. */
+  /** For dcomm rows: busbw / the `"c-inproc"` row's busbw. */
   vsBaseline?: number;
+  /** For dcomm rows: the `"c"` row's busbw at the same size. */
+  programBusbwGBs?: number;
+  /** For dcomm rows: busbw / the `"c"` row's busbw. */
+  vsProgram?: number;
+}
+
+/** Another all-reduce implementation timed alongside the group's, in place on the array it is given. */
+export interface PeerAllReduce {
+  /** One call (warm-up and the checked call). */
+  call(x: Float32Array): unknown;
+  /**
+   * `iters` calls in a loop of its own, returning the seconds they took; when given, the timed rounds use it
+   * instead of `iters` calls of {@linkcode PeerAllReduce.call}.
+   */
+  loop?(x: Float32Array, iters: number): number;
 }
 
 /** Options of {@linkcode measureAllReduce}. */
@@ -86,8 +107,8 @@ export interface MeasureOptions {
    * measures the compiler rather than the backend). @default 3000
    */
   jitWarmup?: number;
-  /** Other all-reduce implementations to time alongside, each in place on the array it is given. @default [] */
-  others?: readonly ((x: Float32Array) => unknown)[];
+  /** Other all-reduce implementations to time alongside. @default [] */
+  others?: readonly PeerAllReduce[];
 }
 
 /** The checked data: small integers, so the float32 sum is exact in any order (as the C program). */
@@ -95,14 +116,23 @@ function fill(x: Float32Array, rank: number): void {
   for (let i = 0; i < x.length; i++) x[i] = (rank + 1) * ((i % 7) + 1);
 }
 
-/** One timed round: the slowest rank's average seconds per call over `iters` calls of `call`. */
-async function round(pg: ProcessGroup, iters: number, call: () => unknown): Promise<number> {
+/** One timed round: the slowest rank's average seconds per call over the `iters` calls `timed` makes. */
+async function round(
+  pg: ProcessGroup,
+  iters: number,
+  timed: () => Promise<number> | number,
+): Promise<number> {
   await pg.barrier();
-  const t0 = performance.now();
-  for (let it = 0; it < iters; it++) await call();
-  const slowest = new Float64Array([(performance.now() - t0) / iters / 1000]);
+  const slowest = new Float64Array([(await timed()) / iters]);
   await pg.allReduce(slowest, { op: "max" });
   return slowest[0];
+}
+
+/** Seconds that `iters` awaited calls of `call` take. */
+async function timeCalls(iters: number, call: () => unknown): Promise<number> {
+  const t0 = performance.now();
+  for (let it = 0; it < iters; it++) await call();
+  return (performance.now() - t0) / 1000;
 }
 
 /** Checks one all-reduce of fresh data; returns the wrong elements summed over ranks. */
@@ -130,8 +160,8 @@ function sample(bytes: number, seconds: number, ranks: number, wrong: number): A
 
 /**
  * Times all-reduce (float32 sum, in place) at each size, as nccl-tests times a collective: `pg.allReduce`,
- * and, round by round in turn with it, any other implementations given in `others` (e.g. MPI's blocking
- * call through FFI), so that all see the same machine.
+ * and, round by round in turn with it, any other implementations given in `others` (e.g. a C loop of MPI's
+ * blocking call, through FFI), so that all see the same machine.
  *
  * @param pg The group; every rank calls this with the same arguments.
  * @param sizes Tensor sizes in bytes (multiples of 4).
@@ -149,7 +179,7 @@ export async function measureAllReduce(
   for (
     const call of [
       (): Promise<unknown> => pg.allReduce(small).wait(),
-      ...others.map((f) => () => f(small)),
+      ...others.map((peer) => () => peer.call(small)),
     ]
   ) {
     for (let w = 0; w < (options.jitWarmup ?? 3000); w++) await call();
@@ -159,12 +189,22 @@ export async function measureAllReduce(
     const count = Math.floor(bytes / 4);
     const x = new Float32Array(count);
     fill(x, pg.rank);
-    const calls = [(): Promise<unknown> => pg.allReduce(x).wait(), ...others.map((f) => () => f(x))];
+    const calls = [
+      (): Promise<unknown> => pg.allReduce(x).wait(),
+      ...others.map((peer) => () => peer.call(x)),
+    ];
+    const timed = [
+      () => timeCalls(iters, calls[0]),
+      ...others.map((peer, k) => {
+        const loop = peer.loop?.bind(peer);
+        return loop ? () => loop(x, iters) : () => timeCalls(iters, calls[k + 1]);
+      }),
+    ];
     const warm = warmup + (bytes === sizes[0] ? firstWarmup : 0);
     for (const call of calls) for (let w = 0; w < warm; w++) await call();
     const best = calls.map(() => Infinity);
     for (let rep = 0; rep < Math.max(1, repeats); rep++) {
-      for (let k = 0; k < calls.length; k++) best[k] = Math.min(best[k], await round(pg, iters, calls[k]));
+      for (let k = 0; k < calls.length; k++) best[k] = Math.min(best[k], await round(pg, iters, timed[k]));
     }
     const samples: AllReduceSample[] = [];
     for (let k = 0; k < calls.length; k++) {
@@ -201,6 +241,8 @@ interface Flags {
   check: boolean;
   repeats: number;
   rank: boolean;
+  /** The rank mode's C library (`bench/native/build/libmpi_allreduce.so`). */
+  lib: string;
   out: string;
 }
 
@@ -218,6 +260,10 @@ function parseFlags(args: string[]): Flags {
       r: { type: "string", short: "r", default: "5" },
       trials: { type: "string", default: "3" },
       rank: { type: "boolean", default: false },
+      lib: {
+        type: "string",
+        default: new URL("./native/build/libmpi_allreduce.so", import.meta.url).pathname,
+      },
       out: { type: "string", default: new URL("./results/collectives-mpi.json", import.meta.url).pathname },
     },
   });
@@ -234,44 +280,37 @@ function parseFlags(args: string[]): Flags {
     check: values.c !== "0",
     repeats: Number(values.r),
     rank: values.rank,
+    lib: values.lib,
     out: values.out,
   };
 }
 
 /**
- * One rank of the dcomm side, under mpiexec: `pg.allReduce` and, in turn with it, MPI's blocking
- * `MPI_Allreduce` called through the FFI binding from the same process. Rank 0 prints a JSON line per size
- * and implementation.
+ * One rank of the dcomm side, under mpiexec: `pg.allReduce` and, in turn with it, the C program's loop of
+ * `MPI_Allreduce` calls (`dcomm_allreduce_loop` from its shared library) in the same process. Rank 0 prints a
+ * JSON line per size and implementation.
  */
 async function rankMain(flags: Flags): Promise<void> {
   const { init } = await import("../backend/init.ts");
-  const { mpi } = await import("../ffi/mpi/mpi.ts");
-  const { MpiComm, MpiDatatype, MpiOp, MPI_IN_PLACE_ADDRESS, pointerTo } = await import(
-    "../ffi/mpi/constants.ts"
-  );
   const pg = await init({ backend: "mpi" });
-  const { MPI_Allreduce } = mpi().symbols;
-  const inPlace = pointerTo(MPI_IN_PLACE_ADDRESS);
-  const blocking = (x: Float32Array): void => {
-    // In the world communicator, whose errors return as codes (set by the backend).
-    const rc = MPI_Allreduce(
-      inPlace,
-      Deno.UnsafePointer.of(x),
-      x.length,
-      MpiDatatype.FLOAT,
-      MpiOp.SUM,
-      MpiComm.WORLD,
-    );
-    if (rc !== 0) throw new Error(`MPI_Allreduce failed with code ${rc}`);
-  };
-  const results = await measureAllReduce(pg, flags.sizes, { ...flags, others: [blocking] });
+  // The library is linked against the MPI library the backend has loaded (the same soname): one MPI.
+  const lib = Deno.dlopen(flags.lib, {
+    dcomm_allreduce_loop: { parameters: ["buffer", "i32", "i64"], result: "f64" },
+  });
+  const loop = (x: Float32Array, iters: number): number =>
+    lib.symbols.dcomm_allreduce_loop(x, x.length, BigInt(iters));
+  const results = await measureAllReduce(pg, flags.sizes, {
+    ...flags,
+    others: [{ call: (x) => loop(x, 1), loop }],
+  });
   if (pg.rank === 0) {
-    for (const [dcomm, ffi] of results) {
+    for (const [dcomm, c] of results) {
       console.log(JSON.stringify({ runner: "dcomm", ...dcomm }));
-      console.log(JSON.stringify({ runner: "ffi", ...ffi }));
+      console.log(JSON.stringify({ runner: "c-inproc", ...c }));
     }
   }
   await pg.close();
+  lib.close();
 }
 
 async function run(cmd: string, args: string[]): Promise<string> {
@@ -315,7 +354,9 @@ async function main(options: Flags): Promise<void> {
   const build = `${here}native/build`;
   Deno.mkdirSync(build, { recursive: true });
   const exe = `${build}/mpi_allreduce`;
-  await run("mpicc", ["-O2", `${here}native/mpi_allreduce.c`, "-o", exe]);
+  const source = `${here}native/mpi_allreduce.c`;
+  await run("mpicc", ["-O2", source, "-o", exe]);
+  await run("mpicc", ["-O2", "-shared", "-fPIC", "-DDCOMM_BENCH_LIBRARY", source, "-o", options.lib]);
   const best = new Map<string, AllReduceSample>();
   const self = new URL(import.meta.url).pathname;
   for (let t = 0; t < trials; t++) {
@@ -323,7 +364,10 @@ async function main(options: Flags): Promise<void> {
     keepBest(
       best,
       samplesOf(
-        await run("mpiexec", ["-n", String(np), Deno.execPath(), "run", "-A", self, "--rank", ...flags]),
+        await run("mpiexec", [
+          ...["-n", String(np), Deno.execPath(), "run", "-A", self],
+          ...["--rank", "--lib", options.lib, ...flags],
+        ]),
       ),
     );
   }
@@ -335,34 +379,35 @@ async function main(options: Flags): Promise<void> {
     `# all-reduce, float32 sum in place, ${np} ranks, best of ${trials} runs × ${options.repeats} rounds`,
   );
   console.log(`# ${version.replace(/\s+/g, " ").trim()}`);
-  console.log("#   dcomm: the mpi backend (MPI_Iallreduce + the poller), awaited call by call");
+  console.log("#   dcomm:   the mpi backend (MPI_Iallreduce + the poller), awaited call by call");
   console.log(
-    "#   ffi:   MPI_Allreduce (blocking) through the FFI binding, same processes, in turn with dcomm",
+    "#   C here:  the C program's MPI_Allreduce loop (its shared library) in the dcomm ranks, in turn with dcomm",
   );
-  console.log("#   C:     MPI_Allreduce from bench/native/mpi_allreduce.c");
+  console.log("#   C alone: the C program bench/native/mpi_allreduce.c in processes of its own");
   console.log(
-    "#                                               dcomm                     ffi                       C" +
-      "            busbw ratio",
+    "#                                               dcomm                  C here                 C alone" +
+      "     dcomm busbw /",
   );
   console.log(
     "#     size      count  type redop root      time   busbw #wrong      time   busbw #wrong      time" +
-      "   busbw #wrong   vs C vs ffi",
+      "   busbw #wrong C here C alone",
   );
   console.log(
     "#      (B) (elements)                       (us)  (GB/s)           (us)  (GB/s)           (us)" +
       "  (GB/s)",
   );
   let wrong = 0;
+  const ratio = (a: AllReduceSample, b: AllReduceSample): number =>
+    b.busbwGBs > 0 ? a.busbwGBs / b.busbwGBs : 0;
   for (const bytes of sizes) {
-    const d = best.get(`dcomm:${bytes}`), f = best.get(`ffi:${bytes}`), c = best.get(`c:${bytes}`);
-    if (!d || !f || !c) continue;
-    const vsC = c.busbwGBs > 0 ? d.busbwGBs / c.busbwGBs : 0;
-    const vsFfi = f.busbwGBs > 0 ? d.busbwGBs / f.busbwGBs : 0;
+    const d = best.get(`dcomm:${bytes}`),
+      here = best.get(`c-inproc:${bytes}`),
+      alone = best.get(`c:${bytes}`);
+    if (!d || !here || !alone) continue;
+    const vsHere = ratio(d, here), vsAlone = ratio(d, alone);
     console.log(
-      `${String(bytes).padStart(10)} ${String(d.count).padStart(10)} float   sum   -1 ${cells(d)} ${
-        cells(f)
-      } ` +
-        `${cells(c)} ${vsC.toFixed(2).padStart(6)} ${vsFfi.toFixed(2).padStart(6)}`,
+      `${String(bytes).padStart(10)} ${String(d.count).padStart(10)} float   sum   -1 ${cells(d)} ` +
+        `${cells(here)} ${cells(alone)} ${vsHere.toFixed(2).padStart(6)} ${vsAlone.toFixed(2).padStart(7)}`,
     );
     const common = {
       collective: "allReduce",
@@ -371,10 +416,18 @@ async function main(options: Flags): Promise<void> {
       ranks: np,
       dtype: "float32",
     };
-    rows.push({ ...common, runner: "dcomm", ...d, baselineBusbwGBs: c.busbwGBs, vsBaseline: vsC });
-    rows.push({ ...common, runner: "ffi", ...f });
-    rows.push({ ...common, runner: "c", ...c });
-    wrong += d.wrong + f.wrong + c.wrong;
+    rows.push({
+      ...common,
+      runner: "dcomm",
+      ...d,
+      baselineBusbwGBs: here.busbwGBs,
+      vsBaseline: vsHere,
+      programBusbwGBs: alone.busbwGBs,
+      vsProgram: vsAlone,
+    });
+    rows.push({ ...common, runner: "c-inproc", ...here });
+    rows.push({ ...common, runner: "c", ...alone });
+    wrong += d.wrong + here.wrong + alone.wrong;
   }
   Deno.writeTextFileSync(options.out, JSON.stringify(rows, null, 2) + "\n");
   console.log(`# wrote ${rows.length} rows to ${options.out}`);

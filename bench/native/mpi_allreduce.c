@@ -7,6 +7,8 @@
  * Rank 0 prints one JSON line per size: {"bytes","count","timeUs","algbwGBs","busbwGBs","wrong"}.
  *
  *   mpicc -O2 bench/native/mpi_allreduce.c -o bench/native/build/mpi_allreduce
+ *   mpicc -O2 -shared -fPIC -DDCOMM_BENCH_LIBRARY bench/native/mpi_allreduce.c \
+ *     -o bench/native/build/libmpi_allreduce.so
  *   mpiexec -n 2 bench/native/build/mpi_allreduce -b 8 -e 33554432 -f 4 -n 20 -w 5 -c 1 -r 5
  * The first size gets 200 more warm-up calls, as in bench/mpi.ts (where they warm the JIT up). */
 #include <mpi.h>
@@ -14,6 +16,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* `iters` back-to-back in-place float32 sums of `count` elements; returns the seconds they took on this rank.
+ * Built into a shared library too (-shared -fPIC -DDCOMM_BENCH_LIBRARY, no main): bench/mpi.ts calls it
+ * through FFI from its own ranks, so that this loop also runs in the same processes as the mpi backend, round
+ * by round with it. */
+double dcomm_allreduce_loop(float *x, int count, long iters) {
+  double t0 = MPI_Wtime();
+  for (long it = 0; it < iters; it++) MPI_Allreduce(MPI_IN_PLACE, x, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  return MPI_Wtime() - t0;
+}
+
+#ifndef DCOMM_BENCH_LIBRARY
 /* The checked data: small integers, so the float32 sum is exact in any order (as in bench/mpi.ts). */
 static float value(int rank, size_t i) { return (float)((rank + 1) * (int)(i % 7 + 1)); }
 
@@ -51,9 +64,7 @@ int main(int argc, char **argv) {
     double slowest = 0;
     for (long rep = 0; rep < (repeats < 1 ? 1 : repeats); rep++) {
       MPI_Barrier(MPI_COMM_WORLD);
-      double t0 = MPI_Wtime(), t, worst;
-      for (long it = 0; it < iters; it++) MPI_Allreduce(MPI_IN_PLACE, x, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-      t = (MPI_Wtime() - t0) / (double)iters;
+      double t = dcomm_allreduce_loop(x, (int)count, iters) / (double)iters, worst;
       MPI_Allreduce(&t, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
       if (rep == 0 || worst < slowest) slowest = worst;
     }
@@ -78,3 +89,4 @@ int main(int argc, char **argv) {
   MPI_Finalize();
   return 0;
 }
+#endif
