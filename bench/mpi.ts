@@ -9,13 +9,16 @@
  * taken against: this machine's speed changes between runs by up to 2× (the C program alone, run after run,
  * takes 130 or 300 µs for 512 KiB), which a separate program's best-of-runs does not cancel. Rows go to
  * `bench/results/collectives-mpi.json`: `runner: "dcomm"`, `"c-inproc"` and `"c"` rows per size, the dcomm
- * row with both C rows' busbw and ratios.
+ * row with both C rows' busbw and ratios. Besides the best rounds' ratio, the table gives the paired one: the
+ * median, over every two adjacent rounds of dcomm and the C loop in every run, of their time ratio, which
+ * the machine's drift cancels out of.
  *
  * Both sides measure alike (nccl-tests' definitions): float32 sum, in place; `time` is the slowest rank's
  * wall time of `-n` back-to-back calls, divided by `-n`, after `-w` untimed calls (plus 200 more before
  * the first size, and, in the rank mode, 3000 calls of a 1 KiB all-reduce before that, which take the
  * JIT to its optimising tier); each size is timed `-r` times and the fastest counts (on a
- * shared machine the fastest round is the least disturbed); `algbw = bytes / time`;
+ * shared machine the fastest round is the least disturbed), the rank mode's implementations taking turns
+ * round by round, first in one order then in the other; `algbw = bytes / time`;
  * `busbw = algbw · 2(n−1)/n`; `#wrong` counts elements that differ from the exact sum after one checked call
  * on fresh data (small integers, exact in any order). The dcomm side awaits each call (one `MPI_Iallreduce`
  * completed by the poller); the C loops block in `MPI_Allreduce`.
@@ -48,6 +51,8 @@ export interface AllReduceSample {
   busbwGBs: number;
   /** Wrong elements after the checked call, summed over ranks. */
   wrong: number;
+  /** Each timed round's microseconds per call (the slowest rank's), in the order they ran. */
+  roundsUs?: number[];
 }
 
 /** One row of `bench/results/collectives-mpi.json`. */
@@ -72,6 +77,11 @@ export interface CollectiveRow extends AllReduceSample {
   baselineBusbwGBs?: number;
   /** For dcomm rows: busbw / the `"c-inproc"` row's busbw. */
   vsBaseline?: number;
+  /**
+   * For dcomm rows: the median, over every pair of adjacent rounds (dcomm's and the `"c-inproc"` loop's, in
+   * every run), of the C round's time / the dcomm round's: the busbw ratio with the machine's drift cancelled.
+   */
+  vsBaselinePaired?: number;
   /** For dcomm rows: the `"c"` row's busbw at the same size. */
   programBusbwGBs?: number;
   /** For dcomm rows: busbw / the `"c"` row's busbw. */
@@ -146,7 +156,8 @@ async function wrongElements(pg: ProcessGroup, x: Float32Array, call: () => unkn
   return wrong[0];
 }
 
-function sample(bytes: number, seconds: number, ranks: number, wrong: number): AllReduceSample {
+function sample(bytes: number, rounds: number[], ranks: number, wrong: number): AllReduceSample {
+  const seconds = Math.min(...rounds);
   const algbw = bytes / seconds / 1e9;
   return {
     bytes,
@@ -155,6 +166,7 @@ function sample(bytes: number, seconds: number, ranks: number, wrong: number): A
     algbwGBs: algbw,
     busbwGBs: (algbw * 2 * (ranks - 1)) / ranks,
     wrong,
+    roundsUs: rounds.map((r) => r * 1e6),
   };
 }
 
@@ -202,14 +214,16 @@ export async function measureAllReduce(
     ];
     const warm = warmup + (bytes === sizes[0] ? firstWarmup : 0);
     for (const call of calls) for (let w = 0; w < warm; w++) await call();
-    const best = calls.map(() => Infinity);
+    const rounds: number[][] = calls.map(() => []);
     for (let rep = 0; rep < Math.max(1, repeats); rep++) {
-      for (let k = 0; k < calls.length; k++) best[k] = Math.min(best[k], await round(pg, iters, timed[k]));
+      // Forwards then backwards, round after round: no implementation always runs first.
+      const order = rep % 2 === 0 ? calls.keys() : [...calls.keys()].reverse();
+      for (const k of order) rounds[k].push(await round(pg, iters, timed[k]));
     }
     const samples: AllReduceSample[] = [];
     for (let k = 0; k < calls.length; k++) {
       const wrong = check ? await wrongElements(pg, x, calls[k]) : 0;
-      samples.push(sample(count * 4, best[k], pg.size, wrong));
+      samples.push(sample(count * 4, rounds[k], pg.size, wrong));
     }
     out.push(samples);
   }
@@ -348,6 +362,32 @@ function keepBest(
   }
 }
 
+/**
+ * Adds, per size, the ratios of each pair of adjacent rounds of one rank-mode run: the C loop's round time /
+ * dcomm's (dcomm's busbw over C's, measured a moment apart).
+ */
+function addPairs(
+  into: Map<number, number[]>,
+  lines: readonly { runner: Runner; sample: AllReduceSample }[],
+): void {
+  const dcomm = new Map(lines.filter((l) => l.runner === "dcomm").map((l) => [l.sample.bytes, l.sample]));
+  for (const { runner, sample: c } of lines) {
+    const d = dcomm.get(c.bytes);
+    if (runner !== "c-inproc" || !d?.roundsUs || !c.roundsUs) continue;
+    const ratios = into.get(c.bytes) ?? [];
+    for (let i = 0; i < Math.min(d.roundsUs.length, c.roundsUs.length); i++) {
+      ratios.push(c.roundsUs[i] / d.roundsUs[i]);
+    }
+    into.set(c.bytes, ratios);
+  }
+}
+
+function median(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+}
+
 async function main(options: Flags): Promise<void> {
   const { np, flags, sizes, trials } = options;
   const here = new URL(".", import.meta.url).pathname;
@@ -358,18 +398,18 @@ async function main(options: Flags): Promise<void> {
   await run("mpicc", ["-O2", source, "-o", exe]);
   await run("mpicc", ["-O2", "-shared", "-fPIC", "-DDCOMM_BENCH_LIBRARY", source, "-o", options.lib]);
   const best = new Map<string, AllReduceSample>();
+  const pairs = new Map<number, number[]>();
   const self = new URL(import.meta.url).pathname;
   for (let t = 0; t < trials; t++) {
     keepBest(best, samplesOf(await run("mpiexec", ["-n", String(np), exe, ...flags])));
-    keepBest(
-      best,
-      samplesOf(
-        await run("mpiexec", [
-          ...["-n", String(np), Deno.execPath(), "run", "-A", self],
-          ...["--rank", "--lib", options.lib, ...flags],
-        ]),
-      ),
+    const ranks = samplesOf(
+      await run("mpiexec", [
+        ...["-n", String(np), Deno.execPath(), "run", "-A", self],
+        ...["--rank", "--lib", options.lib, ...flags],
+      ]),
     );
+    keepBest(best, ranks);
+    addPairs(pairs, ranks);
   }
   const rows: CollectiveRow[] = [];
   const cells = (r: AllReduceSample): string =>
@@ -386,11 +426,11 @@ async function main(options: Flags): Promise<void> {
   console.log("#   C alone: the C program bench/native/mpi_allreduce.c in processes of its own");
   console.log(
     "#                                               dcomm                  C here                 C alone" +
-      "     dcomm busbw /",
+      "     dcomm busbw / C here        / C alone",
   );
   console.log(
     "#     size      count  type redop root      time   busbw #wrong      time   busbw #wrong      time" +
-      "   busbw #wrong C here C alone",
+      "   busbw #wrong   best paired(n)   best",
   );
   console.log(
     "#      (B) (elements)                       (us)  (GB/s)           (us)  (GB/s)           (us)" +
@@ -405,9 +445,14 @@ async function main(options: Flags): Promise<void> {
       alone = best.get(`c:${bytes}`);
     if (!d || !here || !alone) continue;
     const vsHere = ratio(d, here), vsAlone = ratio(d, alone);
+    const paired = pairs.get(bytes) ?? [];
+    const vsPaired = paired.length > 0 ? median(paired) : 0;
     console.log(
       `${String(bytes).padStart(10)} ${String(d.count).padStart(10)} float   sum   -1 ${cells(d)} ` +
-        `${cells(here)} ${cells(alone)} ${vsHere.toFixed(2).padStart(6)} ${vsAlone.toFixed(2).padStart(7)}`,
+        `${cells(here)} ${cells(alone)} ${vsHere.toFixed(2).padStart(6)} ` +
+        `${vsPaired.toFixed(2).padStart(6)}(${String(paired.length).padStart(2)}) ${
+          vsAlone.toFixed(2).padStart(6)
+        }`,
     );
     const common = {
       collective: "allReduce",
@@ -422,6 +467,7 @@ async function main(options: Flags): Promise<void> {
       ...d,
       baselineBusbwGBs: here.busbwGBs,
       vsBaseline: vsHere,
+      vsBaselinePaired: vsPaired,
       programBusbwGBs: alone.busbwGBs,
       vsProgram: vsAlone,
     });
