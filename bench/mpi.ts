@@ -237,7 +237,8 @@ function sizesOf(min: number, max: number, factor: number): number[] {
   return out;
 }
 
-function parseSize(text: string): number {
+/** `"64K"`, `"4M"`, `"1G"` or a plain number of bytes. */
+export function parseSize(text: string): number {
   const m = /^(\d+(?:\.\d+)?)([kKmMgG]?)$/.exec(text);
   if (!m) throw new RangeError(`Invalid size: expected a number with an optional K, M or G, found "${text}"`);
   const unit = { "": 1, k: 1024, m: 1024 ** 2, g: 1024 ** 3 }[m[2].toLowerCase() as "" | "k" | "m" | "g"];
@@ -382,7 +383,8 @@ function addPairs(
   }
 }
 
-function median(values: readonly number[]): number {
+/** The median of `values` (the mean of the two middle ones for an even count). */
+export function median(values: readonly number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
   const mid = sorted.length >> 1;
   return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;

@@ -24,6 +24,7 @@
  * @module
  */
 import { parseArgs } from "node:util";
+import { median, parseSize } from "./mpi.ts";
 
 /** One implementation at one size. */
 export interface FloorRow {
@@ -53,12 +54,6 @@ interface Flags {
   args: string[];
 }
 
-function parseSize(text: string): number {
-  const m = /^(\d+)([kKmM]?)$/.exec(text);
-  if (!m) throw new RangeError(`Invalid size: expected a number with an optional K or M, found "${text}"`);
-  return Number(m[1]) * (m[2] === "" ? 1 : /k/i.test(m[2]) ? 1024 : 1024 ** 2);
-}
-
 function parseFlags(args: string[]): Flags {
   const { values } = parseArgs({
     args,
@@ -85,12 +80,6 @@ function parseFlags(args: string[]): Flags {
     out: values.out,
     args: ["-b", values.b, "-e", values.e, "-f", values.f, "-n", values.n, "-r", values.r],
   };
-}
-
-function median(values: readonly number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = sorted.length >> 1;
-  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
 }
 
 /** One rank: every implementation at every size; rank 0 prints a JSON line per row. */
