@@ -27,6 +27,7 @@
  * @module
  */
 import { TransportError } from "../core/errors.ts";
+import { copySmallBytes, smallBytes } from "../core/_small_bytes.ts";
 import { DESC_BYTES, type RecvCheck } from "./transport.ts";
 
 /** Bytes of a ring's header; data starts here. */
@@ -502,7 +503,7 @@ export class RingReader {
             { peer: this.#ends.writer },
           );
         }
-        current = { desc: this.#frame.slice(8, 8 + DESC_BYTES), bytes: Number(bytes), received: 0 };
+        current = { desc: copySmallBytes(this.#frame, 8, DESC_BYTES), bytes: Number(bytes), received: 0 };
         this.#current = current;
       }
       if (current.op === undefined && this.#arrived.length === 0 && this.#ops.length > 0) {
@@ -518,7 +519,7 @@ export class RingReader {
         // behind it (less room than a frame header), so that two ranks that both send first never wait
         // on each other.
         if (current.bytes > 0 && this.ring.capacity - avail >= FRAME_HEADER_BYTES) break;
-        current.staging = new Uint8Array(current.bytes);
+        current.staging = smallBytes(current.bytes);
       }
       const into = current.op?.into ?? (current.staging as Uint8Array);
       while (current.received < current.bytes && avail > 0 && budget > 0) {

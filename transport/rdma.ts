@@ -52,6 +52,7 @@
  * @module
  */
 import { TransportError } from "../core/errors.ts";
+import { copySmallBytes } from "../core/_small_bytes.ts";
 import { IbverbsError, wcStatusText } from "../ffi/ibverbs/ibverbs.ts";
 import { IBV_SEND, IBV_WC_STATUS, IBV_WR } from "../ffi/ibverbs/layout.ts";
 import { WorkCompletions } from "../ffi/ibverbs/ops.ts";
@@ -471,7 +472,7 @@ class RdmaPair implements Pair {
       if (typeof header === "string") return this.#malformed(header);
       if (header.kind !== FRAME_DATA) return this.#malformed(`frame kind ${header.kind} in a data slot`);
       at = HEADER_BYTES;
-      const desc = header.desc.slice();
+      const desc = copySmallBytes(header.desc, 0, DESC_BYTES);
       const posted = this.posted.shift();
       if (posted !== undefined) {
         try {

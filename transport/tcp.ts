@@ -37,6 +37,7 @@
  * @module
  */
 import { TransportError } from "../core/errors.ts";
+import { copySmallBytes } from "../core/_small_bytes.ts";
 import type { Store } from "../store/store.ts";
 import { formMesh } from "./_tcp_mesh.ts";
 import {
@@ -550,7 +551,7 @@ class TcpPair implements Pair {
         await this.#readPayload(undefined, header.bytes); // The transport failed: keep the stream in step.
         return;
       }
-      const desc = header.desc.slice();
+      const desc = copySmallBytes(header.desc, 0, DESC_BYTES);
       await this.#readPayload(posted.into, header.bytes);
       if (this.#host.failure() === undefined) posted.resolve(desc);
       return;
