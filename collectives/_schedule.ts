@@ -16,6 +16,7 @@
  * @module
  */
 import type { CollectiveContext } from "./comm.ts";
+import { EMPTY } from "./_layout.ts";
 
 /** Something later steps can wait for. */
 export interface Step {
@@ -246,7 +247,7 @@ export class Plan {
       needs.push([peer, slots, bytes]);
       total += slots * bytes;
     }
-    const mem = total > 0 ? this.#ctx.scratch(total) : new Uint8Array(0);
+    const mem = total > 0 ? this.#ctx.scratch(total) : EMPTY;
     let at = 0;
     for (const [peer, slots, bytes] of needs) {
       const list: Uint8Array[] = [];

@@ -13,7 +13,7 @@
  */
 import type { CollectiveContext } from "./comm.ts";
 import { argChecks } from "./_checks.ts";
-import { mod } from "./_layout.ts";
+import { EMPTY, mod } from "./_layout.ts";
 import { Plan, type Step } from "./_schedule.ts";
 
 /**
@@ -26,14 +26,13 @@ export async function disseminationBarrier(ctx: CollectiveContext): Promise<void
   argChecks(ctx, "barrier");
   const { rank, size } = ctx.comm;
   if (size === 1) return;
-  const empty = new Uint8Array(0);
   const plan = new Plan(ctx);
   // Round k's message must carry everything heard in all earlier rounds, not just the last: receives from
   // different peers may complete out of order.
   let heard: Step = plan.join([]);
   for (let d = 1; d < size; d *= 2) {
-    plan.send(mod(rank + d, size), empty, { after: [heard] });
-    heard = plan.join([heard, plan.recv(mod(rank - d, size), empty)]);
+    plan.send(mod(rank + d, size), EMPTY, { after: [heard] });
+    heard = plan.join([heard, plan.recv(mod(rank - d, size), EMPTY)]);
   }
   await plan.run();
 }

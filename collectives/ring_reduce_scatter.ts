@@ -17,7 +17,7 @@
  */
 import type { CollectiveContext } from "./comm.ts";
 import { argChecks } from "./_checks.ts";
-import { chunks, mod } from "./_layout.ts";
+import { chunks, EMPTY, mod } from "./_layout.ts";
 import { Plan, type Step } from "./_schedule.ts";
 
 /**
@@ -44,7 +44,7 @@ export async function ringReduceScatter(
   const right = mod(rank + 1, size);
   const left = mod(rank - 1, size);
   const inputBlock = (i: number): Uint8Array[] => chunks(ctx, input.subarray(i * b, (i + 1) * b));
-  const work = size > 2 ? ctx.scratch(2 * b) : new Uint8Array(0);
+  const work = size > 2 ? ctx.scratch(2 * b) : EMPTY;
   const plan = new Plan(ctx);
   let reduced: Uint8Array[] = inputBlock(mod(rank - 1, size));
   let arrived: Step[] = [];
