@@ -8,50 +8,16 @@
  */
 import assert from "node:assert/strict";
 import { TransportError, UnsupportedError } from "../../core/errors.ts";
-import { ibverbsMissing, NoRdmaDeviceError } from "../../ffi/ibverbs/ibverbs.ts";
-import { IBV_PORT_STATE } from "../../ffi/ibverbs/layout.ts";
-import { listDevices, openDevice } from "../../ffi/ibverbs/verbs.ts";
 import { MemoryStore } from "../../store/memory_store.ts";
 import { TcpStoreServer } from "../../store/tcp_store_server.ts";
 import { TcpStore } from "../../store/tcp_store.ts";
 import { RdmaTransport } from "../../transport/rdma.ts";
+import { ibverbsMissing, NoRdmaDeviceError } from "../../ffi/ibverbs/ibverbs.ts";
 import { gatedTest, type GateOptions } from "../_util/skip.ts";
+import { rdmaHardware } from "../_util/rdma_gate.ts";
 import { descriptor, firstWrongByte, indexOf, MESSAGE_SIZES } from "./_fixtures/_pattern.ts";
 import { type RdmaSuite, rdmaTransportCases } from "./_rdma_cases.ts";
 import { RankProcess } from "./_fixtures/rank_process.ts";
-
-/** Whether this machine has an RDMA device with an active port, and if not, why. */
-function rdmaHardware(): GateOptions {
-  const library = ibverbsMissing();
-  if (library !== undefined) {
-    return { missing: `libibverbs not installed: ${library.split("\n")[0]}`, ciCanSatisfy: true };
-  }
-  try {
-    const devices = listDevices();
-    if (devices.length === 0) {
-      return { missing: "no RDMA device: ibv_get_device_list returned an empty list", ciCanSatisfy: false };
-    }
-    for (const device of devices) {
-      using context = openDevice(device.name);
-      const ports = context.queryDevice().physPortCount;
-      for (let port = 1; port <= ports; port++) {
-        if (context.queryPort(port).state === IBV_PORT_STATE.ACTIVE) return { missing: undefined };
-      }
-    }
-    return {
-      missing: `no active RDMA port on ${devices.map((d) => d.name).join(", ")}`,
-      ciCanSatisfy: false,
-    };
-  } catch (error) {
-    if (error instanceof NoRdmaDeviceError) {
-      return {
-        missing: `no RDMA device: ${error.message.replace(/^No RDMA devices: /, "")}`,
-        ciCanSatisfy: false,
-      };
-    }
-    throw error;
-  }
-}
 
 const suite: RdmaSuite = { label: "", gate: rdmaHardware(), options: () => ({ heartbeatMs: 500 }) };
 
