@@ -73,10 +73,13 @@ const REASON_BYTES = 1024;
  */
 const PUBLISH_BYTES = 256 << 10;
 /**
- * Most payload bytes one `progress()` call copies, so that one busy ring does not keep the thread from
- * its other rings and its event loop for long (4 MiB is about half a millisecond of copying).
+ * Most payload bytes one `progress()` call copies. The transport's loop yields to the microtasks between
+ * two steps, so a step is as long as a continuation can wait behind a large message streaming in: a send
+ * that waited for a reduction (the next stage of a ring) posts itself within about 50 µs instead of after
+ * the whole message. 256 KiB, against 4 MiB before: a 1 MiB all-reduce on 2 ranks 6–30% faster, 32 MiB
+ * 10–16%, 1 KiB unchanged (A/B of both, alternated).
  */
-const STEP_BYTES = 4 << 20;
+const STEP_BYTES = 256 << 10;
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();

@@ -444,11 +444,13 @@ export class RingTransport implements Transport {
           this.#checkLiveness();
         }
         if (moved) {
-          // Let the continuations of completed operations, timers and I/O run now and then.
+          // Let the continuations of completed operations run after every step (a send waiting for the
+          // receive that just completed posts itself now, not after the next megabytes), and timers and
+          // I/O now and then.
           if (now - sliceStart >= SLICE_MS) {
             await this.#macrotask();
             sliceStart = performance.now();
-          }
+          } else await null;
           continue;
         }
         if (spinMs > 0) {

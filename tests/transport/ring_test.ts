@@ -196,13 +196,17 @@ Deno.test("RingReader moves a partly drained message into a receive posted midwa
   assert.equal(firstWrongByte(into, 3), -1);
 });
 
-Deno.test("RingWriter publishes in pieces and notifies the reader after each", () => {
+Deno.test("Ring ends copy at most 256 KiB per progress step, publishing and notifying after each piece", () => {
   const { writer, reader, notified } = ringOf(2 << 20);
   void writer.send(descriptor(0), new Uint8Array(1 << 20));
-  writer.progress();
+  let steps = 0;
+  while (writer.progress()) steps++;
+  assert.equal(steps, 4, "1 MiB in steps of 256 KiB");
   assert.ok(notified[0] >= 4, `expected a notification per 256 KiB piece, found ${notified[0]}`);
   void reader.recv(new Uint8Array(1 << 20));
-  reader.progress();
+  steps = 0;
+  while (reader.progress()) steps++;
+  assert.equal(steps, 4, "1 MiB in steps of 256 KiB");
   assert.ok(notified[1] >= 4, `expected a notification per 256 KiB piece, found ${notified[1]}`);
 });
 
