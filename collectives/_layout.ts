@@ -9,17 +9,16 @@
 import type { CollectiveContext } from "./comm.ts";
 
 /**
- * Offsets of `parts` element-aligned ranges that cover `[0, bytes)`: `parts + 1` entries. When the
- * element count does not divide evenly the first `elements mod parts` ranges hold one element more, so
- * no range differs from another by more than one element.
- */
-
-/**
  * A zero-length array, for messages with no payload and buffers of nothing: shared, as `new Uint8Array(0)`
  * costs the better part of a microsecond in Deno on every call.
  */
 export const EMPTY: Uint8Array = new Uint8Array(0);
 
+/**
+ * Offsets of `parts` element-aligned ranges that cover `[0, bytes)`: `parts + 1` entries. When the
+ * element count does not divide evenly the first `elements mod parts` ranges hold one element more, so
+ * no range differs from another by more than one element.
+ */
 export function partition(bytes: number, cut: { parts: number; elemSize: number }): number[] {
   const { parts, elemSize } = cut;
   const elems = bytes / elemSize;
