@@ -76,8 +76,8 @@ const PUBLISH_BYTES = 256 << 10;
  * Most payload bytes one `progress()` call copies. The transport's loop yields to the microtasks between
  * two steps, so a step is as long as a continuation can wait behind a large message streaming in: a send
  * that waited for a reduction (the next stage of a ring) posts itself after one step (40–100 µs here)
- * instead of after the whole message. 256 KiB, against 4 MiB before: a 1 MiB all-reduce on 2 ranks 6–30% faster, 32 MiB
- * 10–16%, 1 KiB unchanged (A/B of both, alternated).
+ * instead of after the whole message. 256 KiB, against 4 MiB before: a 1 MiB all-reduce on 2 ranks 6–30%
+ * faster, 32 MiB 10–16%, 1 KiB unchanged (A/B of both, alternated).
  */
 const STEP_BYTES = 256 << 10;
 
