@@ -8,7 +8,7 @@
  *
  * @module
  */
-import { type DType, dtypeSize, type TypedArray } from "../core/dtype.ts";
+import { type DType, DTYPE_ARRAY, dtypeSize, type TypedArray } from "../core/dtype.ts";
 import { Kernels } from "../wasm/kernels.ts";
 import type { KernelModule, WasmHeap } from "../wasm/loader.ts";
 import * as reference from "../wasm/reference.ts";
@@ -17,21 +17,6 @@ import { bindNative, type KernelCase, type KernelRuns } from "./_kernel_case.ts"
 /** Bytes in each input array. */
 export const INPUT_BYTES = 64 << 20;
 
-type Ctor = new (buffer: ArrayBuffer, byteOffset: number, length: number) => TypedArray;
-
-const STORAGE: Readonly<Record<DType, Ctor>> = {
-  int8: Int8Array,
-  uint8: Uint8Array,
-  int32: Int32Array,
-  uint32: Uint32Array,
-  int64: BigInt64Array,
-  uint64: BigUint64Array,
-  float16: Uint16Array,
-  bfloat16: Uint16Array,
-  float32: Float32Array,
-  float64: Float64Array,
-};
-
 /**
  * `count` arrays of `n` elements in wasm memory, zeroed (not what an earlier row left there); the views are
  * taken after the last allocation.
@@ -39,7 +24,7 @@ const STORAGE: Readonly<Record<DType, Ctor>> = {
 function wasmArrays(heap: WasmHeap, dtype: DType, n: number, count: number): TypedArray[] {
   const ptrs = Array.from({ length: count }, () => heap.alloc(n * dtypeSize(dtype)));
   for (const p of ptrs) heap.bytes().fill(0, p, p + n * dtypeSize(dtype));
-  return ptrs.map((p) => new STORAGE[dtype](heap.memory.buffer as ArrayBuffer, p, n));
+  return ptrs.map((p) => new DTYPE_ARRAY[dtype](heap.memory.buffer as ArrayBuffer, p, n));
 }
 
 /** A plain JS copy (the TypeScript loop's input). */

@@ -53,6 +53,23 @@ export type TypedArray =
   | Float32Array
   | Float64Array;
 
+/** A TypedArray class, as it is called over existing memory. */
+export type TypedArrayClass = new (buffer: ArrayBuffer, byteOffset?: number, length?: number) => TypedArray;
+
+/** The array class that holds each dtype's elements (float16 and bfloat16 as their Uint16Array bits). */
+export const DTYPE_ARRAY: Readonly<Record<DType, TypedArrayClass>> = {
+  int8: Int8Array,
+  uint8: Uint8Array,
+  int32: Int32Array,
+  uint32: Uint32Array,
+  int64: BigInt64Array,
+  uint64: BigUint64Array,
+  float16: Uint16Array,
+  bfloat16: Uint16Array,
+  float32: Float32Array,
+  float64: Float64Array,
+};
+
 const BYTES: Record<DType, number> = {
   int8: 1,
   uint8: 1,

@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { type DType, dtypeSize, type ReduceOp, type TypedArray } from "../../core/dtype.ts";
+import { type DType, DTYPE_ARRAY, dtypeSize, type ReduceOp, type TypedArray } from "../../core/dtype.ts";
 import { DistError, UnsupportedError } from "../../core/errors.ts";
 import { MpiComm, MpiDatatype, MpiErrhandler, MpiOp, MpiThreadLevel } from "../../ffi/mpi/constants.ts";
 import { check, mpi, MPI_USER_FUNCTION, type MpiLibrary, type MpiSymbols } from "../../ffi/mpi/mpi.ts";
@@ -39,20 +39,6 @@ const MPI_OP: Readonly<Record<ReduceOp, number>> = {
 function isHalf(dtype: DType): boolean {
   return dtype === "float16" || dtype === "bfloat16";
 }
-
-/** The array class of each dtype's bits inside a reduction callback. */
-const CALLBACK_ARRAY: Readonly<Record<DType, new (buffer: ArrayBuffer) => TypedArray>> = {
-  int8: Int8Array,
-  uint8: Uint8Array,
-  int32: Int32Array,
-  uint32: Uint32Array,
-  int64: BigInt64Array,
-  uint64: BigUint64Array,
-  float16: Uint16Array,
-  bfloat16: Uint16Array,
-  float32: Float32Array,
-  float64: Float64Array,
-};
 
 /**
  * For each unsigned dtype, two values and their min and max: MPICH 4.0.0-4.0.2 compares unsigned integers
@@ -182,7 +168,7 @@ export class MpiRuntime {
     if (known) return known.op[0];
     const k = this.kernels;
     const options = { op: base, dtype } as const;
-    const Bits = CALLBACK_ARRAY[dtype];
+    const Bits = DTYPE_ARRAY[dtype];
     const bytes = dtypeSize(dtype);
     // MPI calls this synchronously inside MPI_Test on this thread: inoutvec = invec op inoutvec.
     const callback = new Deno.UnsafeCallback(MPI_USER_FUNCTION, (invec, inoutvec, lenPtr) => {

@@ -6,27 +6,11 @@
  * @module
  */
 import type { DType, TypedArray } from "../../core/dtype.ts";
-import { dtypeSize, isFloat } from "../../core/dtype.ts";
+import { DTYPE_ARRAY, dtypeSize, isFloat } from "../../core/dtype.ts";
 import type { WasmHeap } from "../../wasm/loader.ts";
 import type { Rng } from "./rng.ts";
 
 /** A TypedArray constructor over a buffer. */
-type Ctor = new (buffer: ArrayBuffer, byteOffset: number, length: number) => TypedArray;
-
-/** The array class holding each dtype (16-bit floats as Uint16Array bits). */
-export const STORAGE: Readonly<Record<DType, Ctor>> = {
-  int8: Int8Array,
-  uint8: Uint8Array,
-  int32: Int32Array,
-  uint32: Uint32Array,
-  int64: BigInt64Array,
-  uint64: BigUint64Array,
-  float16: Uint16Array,
-  bfloat16: Uint16Array,
-  float32: Float32Array,
-  float64: Float64Array,
-};
-
 /** Where a test tensor lives. */
 export type Placement = "plain" | "offset" | "wasm";
 
@@ -180,14 +164,14 @@ export function tensorsOf(
   heap?: WasmHeap,
 ): TypedArray[] {
   if (placement === "plain") {
-    return dtypes.map((d) => new STORAGE[d](new ArrayBuffer(n * dtypeSize(d)), 0, n));
+    return dtypes.map((d) => new DTYPE_ARRAY[d](new ArrayBuffer(n * dtypeSize(d)), 0, n));
   }
   if (placement === "offset") {
-    return dtypes.map((d) => new STORAGE[d](new ArrayBuffer((n + 2) * dtypeSize(d)), dtypeSize(d), n));
+    return dtypes.map((d) => new DTYPE_ARRAY[d](new ArrayBuffer((n + 2) * dtypeSize(d)), dtypeSize(d), n));
   }
   if (heap === undefined) throw new TypeError("A wasm tensor needs the heap");
   const ptrs = dtypes.map((d) => heap.alloc((n + 1) * dtypeSize(d), 16) + dtypeSize(d));
-  return ptrs.map((p, i) => new STORAGE[dtypes[i]](heap.memory.buffer as ArrayBuffer, p, n));
+  return ptrs.map((p, i) => new DTYPE_ARRAY[dtypes[i]](heap.memory.buffer as ArrayBuffer, p, n));
 }
 
 /** Random tensors: {@linkcode tensors} filled by {@linkcode fillRandom}. */
