@@ -136,3 +136,71 @@ export async function receiveSizes(peer: Pair): Promise<void> {
   }
   await peer.send(descriptor(0), new Uint8Array(0));
 }
+
+/** What the shared rank scenarios are given. */
+export interface ScenarioOptions {
+  /** This rank. */
+  rank: number;
+  /** Bytes of a message (`all-to-all`, `send-first`, `echo`). */
+  bytes: number;
+  /** Round trips of `echo`. */
+  count: number;
+  /** The reason `abort` aborts with. */
+  reason: string;
+}
+
+/**
+ * Runs one of the scenarios the in-process and shared-memory rank fixtures share, rank 0 being the test:
+ * - `send-sizes`: sends MESSAGE_SIZES to rank 0, all at once, then waits for a 0-byte reply.
+ * - `all-to-all`: sends one pattern message of `bytes` to every other rank and receives one from each;
+ *   reports the peers whose message was wrong.
+ * - `send-first`: sends `bytes` to rank 0 and waits for the send, then receives `bytes` from it.
+ * - `echo`: receives `bytes` from rank 0 and sends them back, `count` times.
+ * - `abort`: waits for a 0-byte "go" from rank 0 (its receive is posted), then aborts with `reason`.
+ * - `wait`: waits for 8 bytes from rank 0 and reports how that failed.
+ *
+ * @param transport This rank's transport.
+ * @param scenario The scenario's name.
+ * @param options Its parameters.
+ * @param say Reports `{ event: "done", ... }`.
+ * @returns False for a scenario that is not one of these (the fixture's own).
+ */
+export async function runSharedScenario(
+  transport: Transport,
+  scenario: string,
+  options: ScenarioOptions,
+  say: (event: Record<string, unknown>) => void,
+): Promise<boolean> {
+  const { rank, bytes, count, reason } = options;
+  const root = transport.pair(0);
+  if (scenario === "send-sizes") {
+    await sendSizes(root);
+    say({ event: "done" });
+  } else if (scenario === "all-to-all") {
+    say({ event: "done", wrong: await allToAll(transport, bytes) });
+  } else if (scenario === "send-first") {
+    const payload = new Uint8Array(bytes);
+    fillPattern(payload, rank);
+    await root.send(descriptor(rank), payload);
+    const got = new Uint8Array(bytes);
+    await root.recv(got);
+    say({ event: "done", wrong: firstWrongByte(got, 0) });
+  } else if (scenario === "echo") {
+    const data = new Uint8Array(bytes);
+    for (let i = 0; i < count; i++) {
+      await root.recv(data);
+      await root.send(descriptor(i), data);
+    }
+    say({ event: "done" });
+  } else if (scenario === "abort") {
+    await root.recv(new Uint8Array(0));
+    transport.abort(new Error(reason));
+    say({ event: "done" });
+  } else if (scenario === "wait") {
+    const error = await root.recv(new Uint8Array(8)).then(() => undefined, (e: Error) => e);
+    say({ event: "done", message: error?.message });
+  } else {
+    return false;
+  }
+  return true;
+}

@@ -5,21 +5,15 @@
  * `{"event":"ready","pid":…}` once connected, `{"event":"failed",…}` when the transport fails,
  * `{"event":"done",…}` at the end.
  *
- * Scenarios:
- * - `send-sizes`: sends MESSAGE_SIZES to rank 0, all at once, then waits for a 0-byte reply.
- * - `all-to-all`: sends one pattern message of `bytes` to every other rank and receives one from each;
- *   reports the peers whose message was wrong.
- * - `send-first`: sends `bytes` to rank 0 and waits for the send, then receives `bytes` from it.
- * - `echo`: receives `bytes` from rank 0 and sends them back, `count` times.
- * - `abort`: waits for a 0-byte "go" from rank 0, then aborts with the reason "Rank 1 ran out of memory".
- * - `wait`: waits for 8 bytes from rank 0 and reports how that failed.
+ * Scenarios: those of `runSharedScenario()` in `_pattern.ts` (`send-sizes`, `all-to-all`, `send-first`,
+ * `echo`, `abort` with the reason "Rank 1 ran out of memory", `wait`), and
  * - `hang`: waits for 8 bytes from rank 0, forever; the test kills it.
  *
  * @module
  */
 import { TcpStore } from "../../../store/tcp_store.ts";
 import { ShmTransport } from "../../../transport/shm.ts";
-import { allToAll, descriptor, fillPattern, firstWrongByte, sendSizes } from "./_pattern.ts";
+import { runSharedScenario } from "./_pattern.ts";
 
 const [port, rankArg, sizeArg, scenario, bytesArg, ringArg, countArg] = Deno.args;
 const rank = Number(rankArg);
@@ -38,34 +32,7 @@ transport.failed.then((error) => {
 });
 say({ event: "ready", pid: Deno.pid });
 
-const root = transport.pair(0);
-if (scenario === "send-sizes") {
-  await sendSizes(root);
-  say({ event: "done" });
-} else if (scenario === "all-to-all") {
-  const wrong = await allToAll(transport, bytes);
-  say({ event: "done", wrong });
-} else if (scenario === "send-first") {
-  const payload = new Uint8Array(bytes);
-  fillPattern(payload, rank);
-  await root.send(descriptor(rank), payload);
-  const got = new Uint8Array(bytes);
-  await root.recv(got);
-  say({ event: "done", wrong: firstWrongByte(got, 0) });
-} else if (scenario === "echo") {
-  const data = new Uint8Array(bytes);
-  for (let i = 0; i < Number(countArg ?? 1); i++) {
-    await root.recv(data);
-    await root.send(descriptor(i), data);
-  }
-  say({ event: "done" });
-} else if (scenario === "abort") {
-  await root.recv(new Uint8Array(0));
-  transport.abort(new Error("Rank 1 ran out of memory"));
-  say({ event: "done" });
-} else if (scenario === "wait") {
-  const error = await root.recv(new Uint8Array(8)).then(() => undefined, (e: Error) => e);
-  say({ event: "done", message: error?.message });
-} else if (scenario === "hang") {
-  await root.recv(new Uint8Array(8));
+const options = { rank, bytes, count: Number(countArg ?? 1), reason: "Rank 1 ran out of memory" };
+if (!(await runSharedScenario(transport, scenario, options, say)) && scenario === "hang") {
+  await transport.pair(0).recv(new Uint8Array(8));
 }
