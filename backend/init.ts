@@ -15,6 +15,25 @@ import type { ProcessGroup } from "./process_group.ts";
 import { CpuProcessGroup, EngineHandle } from "./cpu/cpu_group.ts";
 import { initMpi } from "./mpi.ts";
 import { initNccl, type NcclOptions } from "./nccl/create.ts";
+import { checkSegmentLayout, DEFAULT_SEGMENT_LAYOUT, type SegmentLayout } from "../transport/segment.ts";
+
+/**
+ * How the ranks of one host share memory for collectives (the cpu backend over shared memory): every
+ * rank owns `buffers` buffers of `bufferBytes` that the others read, and calls of at most `inlineBytes`
+ * run on the calling thread when nothing else is pending.
+ */
+export interface SegmentOptions {
+  /** Buffers per rank, a power of two. @default 4 */
+  buffers?: number;
+  /** Bytes per buffer, a multiple of 4096. @default 1048576 */
+  bufferBytes?: number;
+  /** Calls whose input has at most this many bytes may run on the calling thread. @default buffers × bufferBytes */
+  inlineBytes?: number;
+  /** Milliseconds such a call spins for its peers before the communication thread takes it over. @default 0.05 */
+  inlineSpinMs?: number;
+  /** Milliseconds the communication thread spins on the segment before it sleeps. @default 0.2 */
+  spinMs?: number;
+}
 
 /** Options of {@linkcode init}. */
 export interface InitOptions {
@@ -46,6 +65,32 @@ export interface InitOptions {
   env?: Readonly<Record<string, string | undefined>>;
   /** Options of the nccl backend: the CUDA device and NCCL's tuning. @default {} */
   nccl?: NcclOptions;
+  /**
+   * The host segment of the cpu backend over shared memory: `false` (or `DCOMM_SEGMENT=0`) runs every
+   * collective over the transport's message rings instead. @default true
+   */
+  segment?: boolean | SegmentOptions;
+}
+
+function segmentConfig(
+  option: boolean | SegmentOptions | undefined,
+  vars: Readonly<Record<string, string | undefined>>,
+): { layout: SegmentLayout | null; options: SegmentOptions } {
+  if (option === false || (option === undefined && vars["DCOMM_SEGMENT"] === "0")) {
+    return { layout: null, options: {} };
+  }
+  const options = typeof option === "object" ? option : {};
+  const layout = checkSegmentLayout({
+    buffers: options.buffers ?? DEFAULT_SEGMENT_LAYOUT.buffers,
+    bufferBytes: options.bufferBytes ?? DEFAULT_SEGMENT_LAYOUT.bufferBytes,
+  });
+  for (const key of ["inlineBytes", "inlineSpinMs", "spinMs"] as const) {
+    const v = options[key];
+    if (v !== undefined && !(v >= 0)) {
+      throw new RangeError(`Invalid segment.${key}: expected a number >= 0, found ${v}`);
+    }
+  }
+  return { layout, options };
 }
 
 const LOOPBACK = /^(127\.|localhost$|::1$)/;
@@ -144,6 +189,7 @@ export async function init(options: InitOptions = {}): Promise<ProcessGroup> {
       `Cannot rendezvous: expected MASTER_ADDR and MASTER_PORT (or tcp://host:port), found ${hostname}:${port}`,
     );
   }
+  const segment = segmentConfig(options.segment, vars);
   const store = await TcpStore.connect({ hostname, port, secret, timeoutMs });
   const inproc = options.inprocMesh !== undefined;
   let engine: EngineHandle;
@@ -160,6 +206,10 @@ export async function init(options: InitOptions = {}): Promise<ProcessGroup> {
       timeoutMs,
       chunkBytes: options.chunkBytes ?? 1 << 20,
       checkCalls: options.checkCalls ?? true,
+      segment: segment.layout,
+      segmentSpinMs: segment.options.spinMs ?? 0.2,
+      segmentInlineBytes: segment.options.inlineBytes,
+      segmentInlineSpinMs: segment.options.inlineSpinMs,
     });
   } catch (e) {
     await store[Symbol.asyncDispose]();

@@ -3,8 +3,14 @@
  * algorithm runs on a {@linkcode CollectiveContext} (group-local ranks, a reduce function, scratch), for
  * any group size and any whole number of elements.
  *
+ * The `"segment"` algorithms (`segment_*.ts`) are of another kind: the ranks of one host read each
+ * other's shared buffers instead of exchanging messages, and run as plans of chunks on a
+ * {@linkcode SegmentContext} (see `segment_context.ts`); the message registries below leave them out.
+ *
  * {@linkcode chooseAlgorithm} picks the algorithm the cost model (`sim/cost_model.ts`) predicts to be
- * fastest, for callers that ask for `"auto"`.
+ * fastest, for callers that ask for `"auto"`; where the segment is available it picks it (every byte a
+ * message algorithm moves between processes of one host is copied into a ring and out again; the segment
+ * copies it once, and reduces in place).
  *
  * @example Choosing and running an all-reduce algorithm
  * ```ts
@@ -46,6 +52,13 @@ import { ringAllGather } from "./ring_allgather.ts";
 import { ringAllReduce } from "./ring_allreduce.ts";
 import { ringReduceScatter } from "./ring_reduce_scatter.ts";
 import { doubleTreeAllReduce, treeAllReduce } from "./tree_allreduce.ts";
+import { segmentAllReduce } from "./segment_allreduce.ts";
+import { segmentBroadcast } from "./segment_broadcast.ts";
+import { segmentReduce } from "./segment_reduce.ts";
+import { segmentAllGather } from "./segment_allgather.ts";
+import { segmentReduceScatter } from "./segment_reduce_scatter.ts";
+import { segmentAllToAll } from "./segment_alltoall.ts";
+import { segmentBarrier } from "./segment_barrier.ts";
 
 export type {
   AlgorithmName,
@@ -59,6 +72,18 @@ export type {
   ReduceScatterAlgorithm,
 };
 export type { CollectiveContext, Comm } from "./comm.ts";
+export type { SegmentContext, SegmentPlan, SegmentState } from "./segment_context.ts";
+export { SegmentPipeline } from "./segment_context.ts";
+export type { SegmentAllReduceOptions } from "./segment_allreduce.ts";
+export {
+  segmentAllGather,
+  segmentAllReduce,
+  segmentAllToAll,
+  segmentBarrier,
+  segmentBroadcast,
+  segmentReduce,
+  segmentReduceScatter,
+};
 export {
   binomialBroadcast,
   binomialReduce,
@@ -97,47 +122,71 @@ export type RootedFn = (ctx: CollectiveContext, buf: Uint8Array, root: number) =
 /** A barrier algorithm. */
 export type BarrierFn = (ctx: CollectiveContext) => Promise<void>;
 
+/** A collective's message algorithms: all but `"segment"`. */
+type Messages<A extends string> = Exclude<A, "segment">;
+
 /** All-reduce algorithms by name. */
-export const ALL_REDUCE_ALGORITHMS: Readonly<Record<AllReduceAlgorithm, AllReduceFn>> = Object.freeze({
-  "ring": ringAllReduce,
-  "tree": treeAllReduce,
-  "double-tree": doubleTreeAllReduce,
-  "halving-doubling": halvingDoublingAllReduce,
-  "ps": psAllReduce,
-  "direct": directAllReduce,
-});
+export const ALL_REDUCE_ALGORITHMS: Readonly<Record<Messages<AllReduceAlgorithm>, AllReduceFn>> = Object
+  .freeze({
+    "ring": ringAllReduce,
+    "tree": treeAllReduce,
+    "double-tree": doubleTreeAllReduce,
+    "halving-doubling": halvingDoublingAllReduce,
+    "ps": psAllReduce,
+    "direct": directAllReduce,
+  });
 
 /** All-gather algorithms by name: `(ctx, input, output)`, output = n × input. */
-export const ALL_GATHER_ALGORITHMS: Readonly<Record<AllGatherAlgorithm, BlocksFn>> = Object.freeze({
+export const ALL_GATHER_ALGORITHMS: Readonly<Record<Messages<AllGatherAlgorithm>, BlocksFn>> = Object.freeze({
   "ring": ringAllGather,
   "recursive-doubling": recursiveDoublingAllGather,
 });
 
 /** Reduce-scatter algorithms by name: `(ctx, input, output)`, input = n × output. */
-export const REDUCE_SCATTER_ALGORITHMS: Readonly<Record<ReduceScatterAlgorithm, BlocksFn>> = Object.freeze({
-  ring: ringReduceScatter,
-  halving: halvingReduceScatter,
-});
+export const REDUCE_SCATTER_ALGORITHMS: Readonly<Record<Messages<ReduceScatterAlgorithm>, BlocksFn>> = Object
+  .freeze({
+    ring: ringReduceScatter,
+    halving: halvingReduceScatter,
+  });
 
 /** Broadcast algorithms by name. */
-export const BROADCAST_ALGORITHMS: Readonly<Record<BroadcastAlgorithm, RootedFn>> = Object.freeze({
+export const BROADCAST_ALGORITHMS: Readonly<Record<Messages<BroadcastAlgorithm>, RootedFn>> = Object.freeze({
   binomial: binomialBroadcast,
   chain: chainBroadcast,
 });
 
 /** Reduce algorithms by name. */
-export const REDUCE_ALGORITHMS: Readonly<Record<ReduceAlgorithm, RootedFn>> = Object.freeze({
+export const REDUCE_ALGORITHMS: Readonly<Record<Messages<ReduceAlgorithm>, RootedFn>> = Object.freeze({
   binomial: binomialReduce,
 });
 
 /** All-to-all algorithms by name: `(ctx, input, output)`, equal blocks. */
-export const ALL_TO_ALL_ALGORITHMS: Readonly<Record<AllToAllAlgorithm, BlocksFn>> = Object.freeze({
+export const ALL_TO_ALL_ALGORITHMS: Readonly<Record<Messages<AllToAllAlgorithm>, BlocksFn>> = Object.freeze({
   pairwise: pairwiseAllToAll,
 });
 
 /** Barrier algorithms by name. */
-export const BARRIER_ALGORITHMS: Readonly<Record<BarrierAlgorithm, BarrierFn>> = Object.freeze({
+export const BARRIER_ALGORITHMS: Readonly<Record<Messages<BarrierAlgorithm>, BarrierFn>> = Object.freeze({
   dissemination: disseminationBarrier,
+});
+
+/** The segment algorithms, by collective: each makes a plan of chunks (see `segment_context.ts`). */
+export const SEGMENT_PLANS: {
+  readonly allReduce: typeof segmentAllReduce;
+  readonly allGather: typeof segmentAllGather;
+  readonly reduceScatter: typeof segmentReduceScatter;
+  readonly broadcast: typeof segmentBroadcast;
+  readonly reduce: typeof segmentReduce;
+  readonly allToAll: typeof segmentAllToAll;
+  readonly barrier: typeof segmentBarrier;
+} = Object.freeze({
+  allReduce: segmentAllReduce,
+  allGather: segmentAllGather,
+  reduceScatter: segmentReduceScatter,
+  broadcast: segmentBroadcast,
+  reduce: segmentReduce,
+  allToAll: segmentAllToAll,
+  barrier: segmentBarrier,
 });
 
 /**
@@ -145,13 +194,13 @@ export const BARRIER_ALGORITHMS: Readonly<Record<BarrierAlgorithm, BarrierFn>> =
  * (ring and co-located ps, for one), the earlier wins.
  */
 export const ALGORITHMS: { readonly [C in Collective]: readonly AlgorithmName[C][] } = Object.freeze({
-  allReduce: ["ring", "halving-doubling", "double-tree", "tree", "direct", "ps"],
-  allGather: ["ring", "recursive-doubling"],
-  reduceScatter: ["ring", "halving"],
-  broadcast: ["binomial", "chain"],
-  reduce: ["binomial"],
-  allToAll: ["pairwise"],
-  barrier: ["dissemination"],
+  allReduce: ["segment", "ring", "halving-doubling", "double-tree", "tree", "direct", "ps"],
+  allGather: ["segment", "ring", "recursive-doubling"],
+  reduceScatter: ["segment", "ring", "halving"],
+  broadcast: ["segment", "binomial", "chain"],
+  reduce: ["segment", "binomial"],
+  allToAll: ["segment", "pairwise"],
+  barrier: ["segment", "dissemination"],
 });
 
 /** What {@linkcode chooseAlgorithm} prices. */
@@ -166,6 +215,8 @@ export interface ChooseOptions {
   chunkBytes?: number;
   /** Parameter servers assumed for `"ps"`. @default size */
   servers?: number;
+  /** Whether the group's ranks share a host segment (`"segment"` is then the choice). @default false */
+  segment?: boolean;
 }
 
 /** Costs within this relative margin count as equal, so that rounding never overrides preference. */
@@ -192,9 +243,11 @@ export function chooseAlgorithm<C extends Collective>(
   options: ChooseOptions,
 ): AlgorithmName[C] {
   const { bytes, size, constants, chunkBytes, servers } = options;
+  if (options.segment) return "segment" as AlgorithmName[C];
   let best: AlgorithmName[C] | undefined;
   let bestCost = Infinity;
   for (const name of ALGORITHMS[collective] as readonly AlgorithmName[C][]) {
+    if (name === "segment") continue;
     const cost = predict(collective, name, { size, bytes, constants, chunkBytes, servers });
     if (best === undefined || cost < bestCost * (1 - TIE)) {
       best = name;

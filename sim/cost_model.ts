@@ -60,19 +60,26 @@ export type Collective =
   | "barrier";
 
 /** All-reduce algorithms. */
-export type AllReduceAlgorithm = "ring" | "tree" | "double-tree" | "halving-doubling" | "ps" | "direct";
+export type AllReduceAlgorithm =
+  | "segment"
+  | "ring"
+  | "tree"
+  | "double-tree"
+  | "halving-doubling"
+  | "ps"
+  | "direct";
 /** All-gather algorithms. */
-export type AllGatherAlgorithm = "ring" | "recursive-doubling";
+export type AllGatherAlgorithm = "segment" | "ring" | "recursive-doubling";
 /** Reduce-scatter algorithms. */
-export type ReduceScatterAlgorithm = "ring" | "halving";
+export type ReduceScatterAlgorithm = "segment" | "ring" | "halving";
 /** Broadcast algorithms. */
-export type BroadcastAlgorithm = "binomial" | "chain";
+export type BroadcastAlgorithm = "segment" | "binomial" | "chain";
 /** Reduce algorithms. */
-export type ReduceAlgorithm = "binomial";
+export type ReduceAlgorithm = "segment" | "binomial";
 /** All-to-all algorithms. */
-export type AllToAllAlgorithm = "pairwise";
+export type AllToAllAlgorithm = "segment" | "pairwise";
 /** Barrier algorithms. */
-export type BarrierAlgorithm = "dissemination";
+export type BarrierAlgorithm = "segment" | "dissemination";
 
 /** The algorithm names of each collective. */
 export interface AlgorithmName {
@@ -97,6 +104,12 @@ export const DEFAULT_CHUNK_BYTES = 256 * 1024;
 
 /** The TCP transport's constants, as `deno task bench:calibrate` measured them (see `measured.ts`). */
 export const DEFAULT_TCP_CONSTANTS: CostConstants = MEASURED_CONSTANTS.tcp;
+/**
+ * The host segment's constants (`transport/segment.ts`): α is one synchronisation through a counter, β
+ * seconds per byte copied into or out of a buffer, γ seconds per byte read by a reduction. Measured (see
+ * `measured.ts`).
+ */
+export const DEFAULT_SEGMENT_CONSTANTS: CostConstants = MEASURED_CONSTANTS.segment;
 /** The shared-memory transport's constants, measured (see `measured.ts`). */
 export const DEFAULT_SHM_CONSTANTS: CostConstants = MEASURED_CONSTANTS.shm;
 /** The in-process transport's constants: it shares the shm ring code and takes the shm measurement. */
@@ -107,6 +120,9 @@ export type TransportKind = "tcp" | "shm" | "inproc";
 
 /** The measured constants by transport kind, used when a caller asks for `"auto"`. */
 export const DEFAULT_CONSTANTS: Readonly<Record<TransportKind, CostConstants>> = MEASURED_CONSTANTS;
+
+/** The chunk of the segment algorithms when a shape names none: the default buffer of 1 MiB. */
+export const DEFAULT_SEGMENT_CHUNK_BYTES = 1 << 20;
 
 // ---- helpers -------------------------------------------------------------------------------------
 
@@ -313,11 +329,111 @@ export function disseminationBarrierCost(shape: CostShape, constants: CostConsta
   return ceilLog2(n) * constants.alpha;
 }
 
+// ---- the host segment (collectives/segment_*.ts; chunk = a segment buffer) ------------------------
+
+function segmentChunks(bytes: number, chunk: number): number {
+  return Math.max(1, Math.ceil(bytes / chunk));
+}
+
+/** Which plan of the segment all-reduce and reduce is cheaper for a shape. */
+export type SegmentPlanName = "one-shot" | "two-phase";
+
+/**
+ * The segment all-reduce's one-shot plan, `(k+1)·α + 2·m·β + n·m·γ`, and its two-phase plan,
+ * `(2k+1)·α + 3·m·β + m·γ`, k = ⌈m/chunkBytes⌉ (see `collectives/segment_allreduce.ts`).
+ *
+ * @param shape The call.
+ * @param constants The segment's constants.
+ * @returns The seconds of each plan.
+ */
+export function segmentAllReducePlans(
+  shape: CostShape,
+  constants: CostConstants,
+): Record<SegmentPlanName, number> {
+  const { n, m } = unpack(shape);
+  const k = segmentChunks(m, shape.chunkBytes ?? DEFAULT_SEGMENT_CHUNK_BYTES);
+  const { alpha, beta, gamma } = constants;
+  return {
+    "one-shot": (k + 1) * alpha + 2 * m * beta + n * m * gamma,
+    "two-phase": (2 * k + 1) * alpha + 3 * m * beta + m * gamma,
+  };
+}
+
+/**
+ * The plan the segment all-reduce (and reduce) runs: the cheaper by {@linkcode segmentAllReducePlans},
+ * one-shot on a tie and always for one or two members.
+ *
+ * @param shape The call.
+ * @param constants The segment's constants.
+ * @returns The plan's name.
+ */
+export function segmentPlan(shape: CostShape, constants: CostConstants): SegmentPlanName {
+  if (shape.size <= 2) return "one-shot";
+  const t = segmentAllReducePlans(shape, constants);
+  return t["two-phase"] < t["one-shot"] ? "two-phase" : "one-shot";
+}
+
+/** Segment all-reduce: the cheaper of its two plans (0 for one rank). */
+export function segmentAllReduceCost(shape: CostShape, constants: CostConstants): number {
+  if (shape.size === 1 || shape.bytes === 0) return 0;
+  const t = segmentAllReducePlans(shape, constants);
+  return Math.min(t["one-shot"], t["two-phase"]);
+}
+
+/** Segment reduce: one-shot `(k+1)·α + m·β + n·m·γ`, or two-phase `(2k+1)·α + 2·m·β + m·γ`. */
+export function segmentReduceCost(shape: CostShape, constants: CostConstants): number {
+  const { n, m } = unpack(shape);
+  if (n === 1 || m === 0) return 0;
+  const k = segmentChunks(m, shape.chunkBytes ?? DEFAULT_SEGMENT_CHUNK_BYTES);
+  const { alpha, beta, gamma } = constants;
+  return Math.min((k + 1) * alpha + m * beta + n * m * gamma, (2 * k + 1) * alpha + 2 * m * beta + m * gamma);
+}
+
+/** Segment broadcast: `(k+1)·α + 2·m·β`. */
+export function segmentBroadcastCost(shape: CostShape, constants: CostConstants): number {
+  const { n, m } = unpack(shape);
+  if (n === 1 || m === 0) return 0;
+  const k = segmentChunks(m, shape.chunkBytes ?? DEFAULT_SEGMENT_CHUNK_BYTES);
+  return (k + 1) * constants.alpha + 2 * m * constants.beta;
+}
+
+/** Segment all-gather (m = output bytes, b = m/n): `(k+1)·α + (b + m)·β`, k = ⌈b/chunkBytes⌉. */
+export function segmentAllGatherCost(shape: CostShape, constants: CostConstants): number {
+  const { n, m } = unpack(shape);
+  if (n === 1 || m === 0) return 0;
+  const b = m / n;
+  const k = segmentChunks(b, shape.chunkBytes ?? DEFAULT_SEGMENT_CHUNK_BYTES);
+  return (k + 1) * constants.alpha + (b + m) * constants.beta;
+}
+
+/** Segment reduce-scatter (m = input bytes): `(k+1)·α + m·β + m·γ`, k = ⌈(m/n)/⌊chunkBytes/n⌋⌉. */
+export function segmentReduceScatterCost(shape: CostShape, constants: CostConstants): number {
+  const { n, m } = unpack(shape);
+  if (n === 1 || m === 0) return 0;
+  const k = segmentChunks(m / n, Math.max(1, (shape.chunkBytes ?? DEFAULT_SEGMENT_CHUNK_BYTES) / n));
+  return (k + 1) * constants.alpha + m * (constants.beta + constants.gamma);
+}
+
+/** Segment all-to-all (m = input bytes): `(k+1)·α + 2·m·β`, k = ⌈(m/n)/⌊chunkBytes/n⌋⌉. */
+export function segmentAllToAllCost(shape: CostShape, constants: CostConstants): number {
+  const { n, m } = unpack(shape);
+  if (n === 1 || m === 0) return 0;
+  const k = segmentChunks(m / n, Math.max(1, (shape.chunkBytes ?? DEFAULT_SEGMENT_CHUNK_BYTES) / n));
+  return (k + 1) * constants.alpha + 2 * m * constants.beta;
+}
+
+/** Segment barrier: `α`. */
+export function segmentBarrierCost(shape: CostShape, constants: CostConstants): number {
+  const { n } = unpack(shape);
+  return n === 1 ? 0 : constants.alpha;
+}
+
 /** The cost function of every algorithm, by collective and name. */
 export const COST_FUNCTIONS: {
   readonly [C in Collective]: Readonly<Record<AlgorithmName[C], CostFunction>>;
 } = Object.freeze({
   allReduce: {
+    "segment": segmentAllReduceCost,
     "ring": ringAllReduceCost,
     "tree": treeAllReduceCost,
     "double-tree": doubleTreeAllReduceCost,
@@ -325,12 +441,20 @@ export const COST_FUNCTIONS: {
     "ps": psAllReduceCost,
     "direct": directAllReduceCost,
   },
-  allGather: { "ring": ringAllGatherCost, "recursive-doubling": recursiveDoublingAllGatherCost },
-  reduceScatter: { ring: ringReduceScatterCost, halving: halvingReduceScatterCost },
-  broadcast: { binomial: binomialBroadcastCost, chain: chainBroadcastCost },
-  reduce: { binomial: binomialReduceCost },
-  allToAll: { pairwise: pairwiseAllToAllCost },
-  barrier: { dissemination: disseminationBarrierCost },
+  allGather: {
+    "segment": segmentAllGatherCost,
+    "ring": ringAllGatherCost,
+    "recursive-doubling": recursiveDoublingAllGatherCost,
+  },
+  reduceScatter: {
+    segment: segmentReduceScatterCost,
+    ring: ringReduceScatterCost,
+    halving: halvingReduceScatterCost,
+  },
+  broadcast: { segment: segmentBroadcastCost, binomial: binomialBroadcastCost, chain: chainBroadcastCost },
+  reduce: { segment: segmentReduceCost, binomial: binomialReduceCost },
+  allToAll: { segment: segmentAllToAllCost, pairwise: pairwiseAllToAllCost },
+  barrier: { segment: segmentBarrierCost, dissemination: disseminationBarrierCost },
 });
 
 /** A call shape with the constants to price it at. */

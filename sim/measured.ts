@@ -7,9 +7,15 @@
  */
 import type { CostConstants } from "./cost_model.ts";
 
-/** Measured constants by transport (inproc shares the shm ring code and takes its constants). */
-export const MEASURED_CONSTANTS: Readonly<Record<"tcp" | "shm" | "inproc", CostConstants>> = Object.freeze({
-  tcp: Object.freeze({ alpha: 4.497e-5, beta: 3.128e-10, gamma: 3.484e-10 }),
-  shm: Object.freeze({ alpha: 1.315e-5, beta: 1.477e-10, gamma: 3.724e-10 }),
-  inproc: Object.freeze({ alpha: 1.315e-5, beta: 1.477e-10, gamma: 3.724e-10 }),
-});
+/**
+ * Measured constants by transport (inproc shares the shm ring code and takes its constants), and of the
+ * host segment's collectives.
+ */
+export const MEASURED_CONSTANTS: Readonly<Record<"tcp" | "shm" | "inproc" | "segment", CostConstants>> =
+  Object
+    .freeze({
+      tcp: Object.freeze({ alpha: 4.497e-5, beta: 3.128e-10, gamma: 3.484e-10 }),
+      shm: Object.freeze({ alpha: 1.315e-5, beta: 1.477e-10, gamma: 3.724e-10 }),
+      inproc: Object.freeze({ alpha: 1.315e-5, beta: 1.477e-10, gamma: 3.724e-10 }),
+      segment: Object.freeze({ alpha: 2e-6, beta: 8e-11, gamma: 7e-11 }),
+    });

@@ -62,7 +62,15 @@ import {
   SYS_FUTEX,
 } from "../ffi/libc/libc.ts";
 import type { Store } from "../store/store.ts";
+import { hasExited } from "./_liveness.ts";
 import { checkRingBytes, DEFAULT_RING_BYTES } from "./_ring.ts";
+import {
+  checkSegmentLayout,
+  HostSegment,
+  initSegmentArea,
+  segmentAreaBytes,
+  type SegmentLayout,
+} from "./segment.ts";
 import {
   I_ATTACHED,
   I_BELL,
@@ -111,6 +119,14 @@ export interface ShmTransportOptions {
    * @default {20}
    */
   spinUs?: number;
+  /**
+   * Also make this rank's area of the host segment (`segment.ts`), in the same `/dev/shm` object as its
+   * inbox, with these buffers; {@linkcode ShmTransport.segment} then maps every rank's area. Every rank
+   * must pass the same layout, or none.
+   *
+   * @default undefined (no segment)
+   */
+  segment?: SegmentLayout;
 }
 
 /** What a rank publishes about its inbox. */
@@ -119,6 +135,8 @@ interface InboxAddress {
   size: number;
   ringBytes: number;
   pid: number;
+  /** The segment's layout, or null without one. */
+  segment: SegmentLayout | null;
 }
 
 /** Sleeps in a futex wait on the own doorbell; wakes peers with a futex wake on theirs. */
@@ -148,23 +166,6 @@ class PollSleeper implements Sleeper {
   }
 
   wake(): void {}
-}
-
-// Whether /proc/<pid>/stat may be read without a permission prompt, to tell zombies from live processes.
-let procReadable: boolean | undefined;
-
-/** Whether `pid` has exited: gone, or a zombie its parent has not reaped yet. */
-function hasExited(pid: number): boolean {
-  if (!processExists(pid)) return true;
-  procReadable ??= Deno.permissions.querySync({ name: "read", path: "/proc" }).state === "granted";
-  if (!procReadable) return false;
-  try {
-    const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
-    const state = stat[stat.lastIndexOf(")") + 2];
-    return state === "Z" || state === "X";
-  } catch {
-    return !processExists(pid);
-  }
 }
 
 function randomHex(bytes: number): string {
@@ -206,10 +207,16 @@ export class ShmTransport implements Transport {
   readonly size: number;
   /** Resolves with the error that failed the transport; never resolves if it only closes. */
   readonly failed: Promise<Error>;
+  /**
+   * Every rank's area of the host segment, mapped for this thread, when `connect` was asked for one. It
+   * outlives the transport (its mappings are its own): close it with {@linkcode HostSegment.close}.
+   */
+  readonly segment: HostSegment | undefined;
   readonly #core: RingTransport;
 
-  private constructor(core: RingTransport) {
+  private constructor(core: RingTransport, segment: HostSegment | undefined) {
     this.#core = core;
+    this.segment = segment;
     this.rank = core.rank;
     this.size = core.size;
     this.failed = core.failed;
@@ -241,10 +248,13 @@ export class ShmTransport implements Transport {
     if (!(spinUs >= 0)) throw new RangeError(`Expected spinUs >= 0, found ${spinUs}`);
     const prefix = options.prefix ?? "shm/";
     if (typeof prefix !== "string") throw new TypeError(`Expected a string prefix, found ${typeof prefix}`);
+    const layout = options.segment === undefined ? undefined : checkSegmentLayout(options.segment);
 
     const deadline = performance.now() + timeoutMs;
     const pid = getpid();
-    const bytes = inboxBytes(size, ringBytes);
+    // The segment area follows the inbox, 64 KiB-aligned (wasm pages, for mapping it into wasm memory).
+    const areaOffset = Math.ceil(inboxBytes(size, ringBytes) / 65536) * 65536;
+    const bytes = layout === undefined ? inboxBytes(size, ringBytes) : areaOffset + segmentAreaBytes(layout);
     const shape = (owner: number): InboxShape => ({ size, owner, ringBytes });
     const name = `/dcomm-${pid}-${rank}-${randomHex(8)}`;
     const mappings: (SharedMapping | undefined)[] = new Array(size).fill(undefined);
@@ -258,7 +268,10 @@ export class ShmTransport implements Transport {
         closeFd(fd);
       }
       initInbox(mappings[rank].buffer, shape(rank), pid);
-      const address: InboxAddress = { name, size, ringBytes, pid };
+      if (layout !== undefined) {
+        initSegmentArea(mappings[rank].buffer, areaOffset, { layout, rank, size, pid });
+      }
+      const address: InboxAddress = { name, size, ringBytes, pid, segment: layout ?? null };
       await store.set(`${prefix}inbox/${rank}`, JSON.stringify(address));
 
       const peers = Array.from({ length: size }, (_, peer) => peer).filter((peer) => peer !== rank);
@@ -271,6 +284,14 @@ export class ShmTransport implements Transport {
           throw new TransportError(
             `Rank ${peer} uses size ${theirs.size} and ringBytes ${theirs.ringBytes} but rank ${rank} uses ` +
               `size ${size} and ringBytes ${ringBytes}`,
+            { peer },
+          );
+        }
+        const segmentText = (l: SegmentLayout | null | undefined): string =>
+          l ? `${l.buffers} segment buffers of ${l.bufferBytes} bytes` : "no segment";
+        if (segmentText(theirs.segment) !== segmentText(layout)) {
+          throw new TransportError(
+            `Rank ${peer} uses ${segmentText(theirs.segment)} but rank ${rank} uses ${segmentText(layout)}`,
             { peer },
           );
         }
@@ -330,6 +351,19 @@ export class ShmTransport implements Transport {
     }
 
     const maps = mappings as SharedMapping[];
+    let segment: HostSegment | undefined;
+    if (layout !== undefined) {
+      try {
+        segment = HostSegment.attach({
+          pointers: maps.map((m) => Number(Deno.UnsafePointer.value(m.pointer)) + areaOffset),
+          layout,
+          rank,
+        });
+      } catch (error) {
+        for (const mapping of maps) munmap(mapping);
+        throw error;
+      }
+    }
     const inboxes = maps.map((mapping, owner) => new Inbox(mapping.buffer, shape(owner)));
     // A peer in another pid namespace (a container sharing /dev/shm) has a pid that means nothing here:
     // it would look dead at once. Every peer is alive now, so the ones whose pid is not found are those.
@@ -350,7 +384,7 @@ export class ShmTransport implements Transport {
         for (const mapping of maps) munmap(mapping);
       },
     });
-    return new ShmTransport(core);
+    return new ShmTransport(core, segment);
   }
 
   /**

@@ -52,7 +52,13 @@ export async function connectTransport(store: Store, config: EngineConfig): Prom
         prefix: "tcp",
       });
     case "shm":
-      return await ShmTransport.connect(store, { rank, size, timeoutMs, prefix: "shm" });
+      return await ShmTransport.connect(store, {
+        rank,
+        size,
+        timeoutMs,
+        prefix: "shm",
+        segment: config.segment ?? undefined,
+      });
     case "inproc":
       if (config.inprocMesh === undefined) {
         throw new TypeError(

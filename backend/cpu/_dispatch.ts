@@ -51,11 +51,19 @@ export function checkAlgorithm(collective: Collective, name: string): void {
 export function resolveAlgorithm(
   collective: Collective,
   name: string,
-  shape: { bytes: number; size: number; transport: string; chunkBytes: number; servers?: number },
+  shape: {
+    bytes: number;
+    size: number;
+    transport: string;
+    chunkBytes: number;
+    servers?: number;
+    segment?: boolean;
+  },
 ): string {
   if (collective === "send" || collective === "recv") return "";
   checkAlgorithm(collective, name);
   if (name !== "auto") return name;
+  // The segment is the choice wherever it is available (see collectives/mod.ts).
   const constants = DEFAULT_CONSTANTS[shape.transport as TransportKind] ?? DEFAULT_CONSTANTS.tcp;
   return chooseAlgorithm(collective, { ...shape, constants });
 }

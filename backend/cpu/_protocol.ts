@@ -6,6 +6,8 @@
  * @module
  */
 import type { DType, ReduceOp } from "../../core/dtype.ts";
+import type { SegmentState } from "../../collectives/segment_context.ts";
+import type { SegmentAddress, SegmentLayout } from "../../transport/segment.ts";
 import type { WorkReport } from "../work.ts";
 
 /** The collectives, in the order of their wire codes (1-based). */
@@ -34,6 +36,26 @@ export interface Region {
   byteLength: number;
 }
 
+/**
+ * A tensor the engine reaches by its address (same process, another thread): the caller's own memory,
+ * used in place with no staging copy. The caller keeps the tensor alive and attached until the call
+ * completes.
+ */
+export interface PointerRegion {
+  /** The address of the first byte. */
+  address: number;
+  /** Its length. */
+  byteLength: number;
+}
+
+/** A call that the main thread began through the segment and hands over half-done. */
+export interface SegmentResume {
+  /** The call's number in its group. */
+  number: number;
+  /** Where its pipeline stands. */
+  state: SegmentState;
+}
+
 /** One call, as the engine receives it. */
 export interface OpRequest {
   /** Unique per engine. */
@@ -55,11 +77,13 @@ export interface OpRequest {
   /** Elements of the tensor (input for allGather/reduceScatter/allToAll). */
   count: number;
   /** The input (or the in-place tensor). */
-  input?: Region;
+  input?: Region | PointerRegion;
   /** The output, for out-of-place collectives. */
-  output?: Region;
+  output?: Region | PointerRegion;
   /** Milliseconds before the call fails. */
   timeoutMs: number;
+  /** A segment call the main thread began: the engine goes on with it instead of beginning it. */
+  resume?: SegmentResume;
 }
 
 /** How the engine connects. */
@@ -90,6 +114,14 @@ export interface EngineConfig {
   completions?: SharedArrayBuffer;
   /** The ring of calls (`_requests.ts`); without it, calls come as messages. */
   requests?: SharedArrayBuffer;
+  /** The host segment's buffers when the transport is shared memory; null for none. */
+  segment: SegmentLayout | null;
+  /** Milliseconds the communication thread spins on the segment before it sleeps. */
+  segmentSpinMs: number;
+  /** Calls with at most this many input bytes may run on the main thread. @default buffers × bufferBytes */
+  segmentInlineBytes?: number;
+  /** Milliseconds a call on the main thread waits for its peers before the Worker takes it over. */
+  segmentInlineSpinMs?: number;
 }
 
 /** A serialised error. */
@@ -114,11 +146,12 @@ export type ToEngine =
   | { type: "buffer"; id: number; buffer: SharedArrayBuffer }
   | { type: "group"; seq: number; id: number; ranks: number[]; timeoutMs: number }
   | { type: "cancel"; id: number; reason: string }
+  | { type: "abort"; error: WireError }
   | { type: "close"; seq: number };
 
 /** Engine → main thread. */
 export type FromEngine =
-  | { type: "ready"; transport: string }
+  | { type: "ready"; transport: string; segment?: SegmentAddress }
   | { type: "done"; id: number; report: WorkReport }
   | { type: "error"; id: number; error: WireError }
   | { type: "failed"; error: WireError }

@@ -17,7 +17,7 @@
  * @module
  */
 import { DTYPES, REDUCE_OPS } from "../../core/dtype.ts";
-import { COLLECTIVES, type OpRequest, type Region } from "./_protocol.ts";
+import { COLLECTIVES, type OpRequest, type PointerRegion, type Region } from "./_protocol.ts";
 import { RecordRing } from "./_record_ring.ts";
 
 /** Records in the ring. */
@@ -35,7 +35,8 @@ export type RequestRecord = Float64Array;
 /**
  * Writes `op` as numbers into `out` (16 of them): id, group, collective, dtype, op, root, algorithm,
  * servers, count, then buffer id, offset and length of the input and of the output (-1 for none), and
- * the timeout.
+ * the timeout. A tensor reached by its address has buffer id -2, its address in place of the offset.
+ * Calls that resume a segment call go by message.
  *
  * @param op The call.
  * @param algorithms The algorithm names by code ("auto" is -1).
@@ -50,7 +51,7 @@ export function encodeRequest(
   out: Float64Array,
 ): boolean {
   const algorithm = op.algorithm === "auto" ? -1 : algorithms.indexOf(op.algorithm);
-  if (algorithm === -1 && op.algorithm !== "auto") return false;
+  if ((algorithm === -1 && op.algorithm !== "auto") || op.resume !== undefined) return false;
   out[0] = op.id;
   out[1] = op.group;
   out[2] = COLLECTIVES.indexOf(op.collective);
@@ -66,12 +67,21 @@ export function encodeRequest(
   return true;
 }
 
+/** The buffer id of a tensor reached by its address. */
+const POINTER = -2;
+
 function region(
-  r: Region | undefined,
+  r: Region | PointerRegion | undefined,
   bufferId: (b: SharedArrayBuffer) => number,
   out: Float64Array,
   at: number,
 ): void {
+  if (r !== undefined && "address" in r) {
+    out[at] = POINTER;
+    out[at + 1] = r.address;
+    out[at + 2] = r.byteLength;
+    return;
+  }
   out[at] = r ? bufferId(r.buffer) : -1;
   out[at + 1] = r ? r.byteOffset : 0;
   out[at + 2] = r ? r.byteLength : 0;
@@ -90,8 +100,12 @@ export function decodeRequest(
   algorithms: readonly string[],
   buffer: (id: number) => SharedArrayBuffer,
 ): OpRequest {
-  const regionAt = (at: number): Region | undefined =>
-    r[at] < 0 ? undefined : { buffer: buffer(r[at]), byteOffset: r[at + 1], byteLength: r[at + 2] };
+  const regionAt = (at: number): Region | PointerRegion | undefined =>
+    r[at] === POINTER
+      ? { address: r[at + 1], byteLength: r[at + 2] }
+      : r[at] < 0
+      ? undefined
+      : { buffer: buffer(r[at]), byteOffset: r[at + 1], byteLength: r[at + 2] };
   return {
     id: r[0],
     group: r[1],

@@ -20,6 +20,8 @@ import { CompletionWriter } from "./_completions.ts";
 import { decodeRequest, InOrder, RequestReader } from "./_requests.ts";
 import type { OpRequest } from "./_protocol.ts";
 import { ALGORITHM_NAMES } from "./_dispatch.ts";
+import { ShmTransport } from "../../transport/shm.ts";
+import { SegmentExecutor } from "./_segment_exec.ts";
 
 function wire(e: unknown): WireError {
   if (e instanceof Error) {
@@ -31,6 +33,12 @@ function wire(e: unknown): WireError {
     };
   }
   return { name: "Error", message: String(e) };
+}
+
+function unwireError(e: WireError): Error {
+  const error = new DistError(e.message, { code: e.code });
+  Object.defineProperty(error, "name", { value: e.name });
+  return error;
 }
 
 // A node:worker_threads Worker, so that the main thread can unref it while no call is pending.
@@ -45,6 +53,7 @@ let store: Store | undefined;
 let transport: Transport | undefined;
 let completions: CompletionWriter | undefined;
 let requests: RequestReader | undefined;
+let segment: SegmentExecutor | undefined;
 /** Calls, groups and close, in the main thread's order, whether they came by message or by the ring. */
 const order = new InOrder();
 /** The staging buffers by number, for the ring's calls. */
@@ -61,9 +70,13 @@ async function start(config: EngineConfig): Promise<void> {
   completions = config.completions ? new CompletionWriter(config.completions) : undefined;
   transport = await connectTransport(store, config);
   const k = await kernels();
+  const shared = transport instanceof ShmTransport ? transport.segment : undefined;
+  segment = shared === undefined ? undefined : new SegmentExecutor(shared, k);
   engine = new Engine(transport, new Reducer(k, config.size), {
     chunkBytes: config.chunkBytes,
     checkCalls: config.checkCalls,
+    segment,
+    segmentSpinMs: config.segmentSpinMs,
   });
   transport.failed.then((e) => post({ type: "failed", error: wire(e) }));
   if (config.requests) {
@@ -75,7 +88,7 @@ async function start(config: EngineConfig): Promise<void> {
       )
     );
   }
-  post({ type: "ready", transport: transport.kind });
+  post({ type: "ready", transport: transport.kind, segment: shared?.address });
 }
 
 async function close(): Promise<void> {
@@ -89,6 +102,8 @@ async function close(): Promise<void> {
     await transport?.close();
     await store?.[Symbol.asyncDispose]();
   } finally {
+    segment?.close();
+    segment?.segment.close();
     post({ type: "closed" });
   }
 }
@@ -127,6 +142,11 @@ port.on("message", (msg: ToEngine): void => {
       break;
     case "cancel":
       engine?.cancel(msg.id, msg.reason);
+      break;
+    case "abort":
+      // The main thread failed a call it ran itself (through the segment): fail the world as the engine
+      // would have.
+      engine?.abort(unwireError(msg.error));
       break;
     case "close":
       order.arrive(msg.seq, () => close());

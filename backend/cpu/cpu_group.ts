@@ -7,7 +7,7 @@
  */
 import { Worker as NodeWorker } from "node:worker_threads";
 import { checkBlocks, checkGroupRanks, checkPeer, checkRank } from "../_checks.ts";
-import { checkOp, type DType, dtypeOf, type ReduceOp, type TypedArray } from "../../core/dtype.ts";
+import { checkOp, type DType, dtypeOf, dtypeSize, type ReduceOp, type TypedArray } from "../../core/dtype.ts";
 import { DistError, TimeoutError, TransportError, UnsupportedError } from "../../core/errors.ts";
 import {
   type AlgorithmOptions,
@@ -26,10 +26,14 @@ import type {
   EngineConfig,
   FromEngine,
   OpRequest,
+  PointerRegion,
   Region,
   ToEngine,
   WireError,
 } from "./_protocol.ts";
+import { HostSegment } from "../../transport/segment.ts";
+import { kernels } from "../../wasm/kernels.ts";
+import { segmentBytesPosted, segmentCallOf, SegmentExecutor, segmentUnavailable } from "./_segment_exec.ts";
 import { StagingPool } from "./_staging.ts";
 import { ALGORITHM_NAMES, checkAlgorithm } from "./_dispatch.ts";
 import { type Completion, completionBuffer, CompletionReader } from "./_completions.ts";
@@ -69,8 +73,17 @@ export class EngineHandle {
   transport = "";
   /** Sub-groups created so far, so every rank numbers them alike. */
   nextGroupId = 1;
-  /** The staging pool of this rank. */
+  /** The staging pool of this rank (tensors that cannot be reached by address). */
   readonly staging: StagingPool = new StagingPool();
+  /** The host segment as the main thread runs calls on it, in a shared-memory world. */
+  segment: SegmentExecutor | undefined;
+  /** Calls of at most this many input bytes may run on the main thread (when nothing else is pending). */
+  inlineBytes = 0;
+  /** Milliseconds a call on the main thread spins for its peers before the communication thread takes it over. */
+  inlineSpinMs = 0.05;
+  /** Whether the Worker may reach tensors by address (FFI is allowed): no staging copies. */
+  readonly byAddress: boolean = ffiGranted();
+  #closing = false;
 
   private constructor(worker: NodeWorker, completions: SharedArrayBuffer, requests: SharedArrayBuffer) {
     this.#worker = worker;
@@ -91,9 +104,11 @@ export class EngineHandle {
     const completions = completionBuffer(), requests = requestBuffer();
     const handle = new EngineHandle(worker, completions, requests);
     const ready = Promise.withResolvers<void>();
+    let segment: FromEngine & { type: "ready" } | undefined;
     worker.on("message", (msg: FromEngine): void => {
       if (msg.type === "ready") {
         handle.transport = msg.transport;
+        segment = msg;
         ready.resolve();
       } else handle.#receive(msg, ready.reject);
     });
@@ -111,12 +126,50 @@ export class EngineHandle {
     handle.#post({ type: "init", config: { ...config, completions, requests } });
     try {
       await ready.promise;
+      if (segment?.segment !== undefined) {
+        // The main thread maps the areas too, to run the calls that can finish before they return.
+        const shared = HostSegment.attach(segment.segment);
+        handle.segment = new SegmentExecutor(shared, await kernels());
+        const layout = shared.layout;
+        handle.inlineBytes = config.segmentInlineBytes ?? layout.buffers * layout.bufferBytes;
+        handle.inlineSpinMs = config.segmentInlineSpinMs ?? handle.inlineSpinMs;
+      }
     } catch (e) {
       worker.terminate();
       throw e;
     }
     handle.#idle();
     return handle;
+  }
+
+  /** Whether no call is pending on the Worker (so the main thread may run one itself). */
+  get idle(): boolean {
+    return this.#pending.size === 0;
+  }
+
+  /** Whether the group has been closed (or is closing). */
+  get closed(): boolean {
+    return this.#closing;
+  }
+
+  /**
+   * Fails the world from the main thread, after a call it ran itself failed (a mismatch, an aborted
+   * peer): peers learn it through the segment at once, and through the transport from the Worker.
+   *
+   * @param error Why.
+   */
+  fail(error: Error): void {
+    if (this.#failure !== undefined) return;
+    this.#failure = error;
+    this.segment?.segment.abort(error.message);
+    this.#post({
+      type: "abort",
+      error: {
+        name: error.name,
+        message: error.message,
+        code: error instanceof DistError ? error.code : undefined,
+      },
+    });
   }
 
   /** The error the engine failed with, if any. */
@@ -213,7 +266,7 @@ export class EngineHandle {
   #send(op: OpRequest): void {
     let byMessage = false;
     for (const region of [op.input, op.output]) {
-      if (region === undefined) continue;
+      if (region === undefined || "address" in region) continue;
       if (!this.staging.owns(region.buffer)) byMessage = true;
       else if (!this.#bufferIds.has(region.buffer)) {
         const id = this.#nextBufferId++;
@@ -235,6 +288,7 @@ export class EngineHandle {
 
   /** Finishes the queued calls, closes the transport and ends the Worker. */
   async close(): Promise<void> {
+    this.#closing = true;
     this.#worker.ref();
     this.#post({ type: "close", seq: this.#nextId++ });
     let timer: ReturnType<typeof setTimeout> | undefined;
@@ -249,7 +303,35 @@ export class EngineHandle {
       }),
     ]);
     clearTimeout(timer);
+    this.segment?.close();
+    this.segment?.segment.close();
+    this.segment = undefined;
   }
+}
+
+let ffi: boolean | undefined;
+
+function ffiGranted(): boolean {
+  ffi ??= Deno.permissions.querySync({ name: "ffi" }).state === "granted";
+  return ffi;
+}
+
+/** The region of a tensor the Worker reaches by its address. */
+function pointerRegion(t: TypedArray): PointerRegion {
+  const pointer = t.byteLength === 0 ? null : Deno.UnsafePointer.of(t as unknown as BufferSource);
+  return {
+    address: pointer === null ? 0 : Number(Deno.UnsafePointer.value(pointer)),
+    byteLength: t.byteLength,
+  };
+}
+
+/** Returns `value`; its other arguments stay reachable until the call that holds them settles. */
+function keepAlive<T>(value: T, ..._tensors: unknown[]): T {
+  return value;
+}
+
+function bytesOf(t: TypedArray): Uint8Array {
+  return new Uint8Array(t.buffer, t.byteOffset, t.byteLength);
 }
 
 /** How a {@linkcode CpuProcessGroup} is made. */
@@ -484,9 +566,46 @@ export class CpuProcessGroup implements ProcessGroup {
     }
     const algorithm = call.algorithm ?? "auto";
     checkAlgorithm(collective, String(algorithm));
-    const staging = this.#engine.staging;
+    const engine = this.#engine;
+    if (engine.closed) {
+      return new Work(Promise.reject(new DistError(`Cannot ${collective}: the process group is closed`)));
+    }
     const input = call.inout ?? call.input;
     const output = call.output;
+    const count = input ? input.length : output ? output.length : 0;
+    const p2p = collective === "send" || collective === "recv";
+    const segmentOk = engine.segment !== undefined && SegmentExecutor.groupFits(this.#id);
+    if (algorithm === "segment" && (!segmentOk || p2p)) {
+      throw segmentUnavailable(collective, this.#id, engine.transport);
+    }
+    const viaSegment = segmentOk && !p2p && (algorithm === "auto" || algorithm === "segment");
+    const request = {
+      group: this.#id,
+      collective,
+      dtype: call.dtype,
+      op: call.op ?? "sum",
+      root: call.root ?? 0,
+      algorithm: viaSegment ? "segment" : algorithm,
+      servers: call.servers,
+      count,
+      timeoutMs,
+    } as const;
+    if (
+      viaSegment && engine.idle && engine.failure === undefined &&
+      (input?.byteLength ?? 0) <= engine.inlineBytes
+    ) {
+      return this.#inline(request, input, output, call.options.signal);
+    }
+    if (engine.byAddress) {
+      // The Worker works on the tensors themselves: they are kept alive by this call until it settles.
+      const submitted = engine.submit({
+        ...request,
+        input: input ? pointerRegion(input) : undefined,
+        output: output ? pointerRegion(output) : undefined,
+      }, call.options.signal);
+      return new Work(submitted.then((report) => keepAlive(report, input, output)));
+    }
+    const staging = engine.staging;
     // What the call writes: the in-place tensor (except at the root of a broadcast / a reduce's non-roots),
     // or the output.
     const writesInout = call.inout !== undefined &&
@@ -494,20 +613,7 @@ export class CpuProcessGroup implements ProcessGroup {
       !(collective === "reduce" && call.root !== this.rank);
     const inRegion: Region | undefined = input ? staging.stage(input, collective !== "recv") : undefined;
     const outRegion: Region | undefined = output ? staging.stage(output, false) : undefined;
-    const count = input ? input.length : output ? output.length : 0;
-    const submitted = this.#engine.submit({
-      group: this.#id,
-      collective,
-      dtype: call.dtype,
-      op: call.op ?? "sum",
-      root: call.root ?? 0,
-      algorithm,
-      servers: call.servers,
-      count,
-      input: inRegion,
-      output: outRegion,
-      timeoutMs,
-    }, call.options.signal);
+    const submitted = engine.submit({ ...request, input: inRegion, output: outRegion }, call.options.signal);
     return new Work(submitted.then(
       (report) => {
         if (input && inRegion) staging.unstage(inRegion, input, writesInout);
@@ -520,5 +626,57 @@ export class CpuProcessGroup implements ProcessGroup {
         throw error;
       },
     ));
+  }
+
+  /**
+   * Runs a segment call on this thread: begins it, and spins while the peers keep up; a call that is not
+   * done within `inlineSpinMs` goes on on the Worker, which reaches the tensors by address.
+   */
+  #inline(
+    request: Omit<OpRequest, "id" | "input" | "output">,
+    input: TypedArray | undefined,
+    output: TypedArray | undefined,
+    signal: AbortSignal | undefined,
+  ): Work {
+    const engine = this.#engine;
+    const exec = engine.segment as SegmentExecutor;
+    const startedAt = performance.timeOrigin + performance.now();
+    const t0 = performance.now();
+    const call = segmentCallOf(
+      request,
+      this.ranks,
+      exec.segment.layout,
+      input ? bytesOf(input) : undefined,
+      output ? bytesOf(output) : undefined,
+    );
+    let run;
+    try {
+      run = exec.begin(call);
+      if (run.spin(engine.inlineSpinMs)) {
+        const t1 = performance.now();
+        return new Work(Promise.resolve({
+          collective: request.collective,
+          algorithm: "segment",
+          transport: engine.transport,
+          bytes: request.count * dtypeSize(request.dtype),
+          bytesSent: segmentBytesPosted(call, this.rank),
+          timeMs: t1 - t0,
+          startedAt,
+          finishedAt: performance.timeOrigin + t1,
+        }));
+      }
+    } catch (e) {
+      const error = e instanceof Error ? e : new DistError(String(e));
+      engine.fail(error);
+      return new Work(Promise.reject(error));
+    }
+    // The peers are late: the communication thread goes on with the call from where it stands.
+    const submitted = engine.submit({
+      ...request,
+      input: input ? pointerRegion(input) : undefined,
+      output: output ? pointerRegion(output) : undefined,
+      resume: { number: run.call, state: run.state },
+    }, signal);
+    return new Work(submitted.then((report) => keepAlive(report, input, output)));
   }
 }

@@ -14,6 +14,7 @@ import { dtypeSize, type ReduceOp } from "../../core/dtype.ts";
 import { DistError, MismatchError, TimeoutError } from "../../core/errors.ts";
 import type { CollectiveContext, Comm } from "../../collectives/comm.ts";
 import { ALGORITHM_NAMES, modelBytes, resolveAlgorithm, runAlgorithm } from "./_dispatch.ts";
+import { EMPTY } from "../../collectives/_layout.ts";
 import type { Transport } from "../../transport/transport.ts";
 import type { WorkReport } from "../work.ts";
 import {
@@ -25,6 +26,7 @@ import {
 } from "./_descriptor.ts";
 import type { OpRequest } from "./_protocol.ts";
 import type { Reducer } from "./_reducer.ts";
+import { segmentBytesPosted, segmentCallOf, SegmentExecutor, segmentUnavailable } from "./_segment_exec.ts";
 
 /** A group as the engine knows it. */
 interface GroupState {
@@ -47,6 +49,10 @@ export interface EngineOptions {
   chunkBytes?: number;
   /** Whether messages carry the call's descriptor for the mismatch check. @default true */
   checkCalls?: boolean;
+  /** The host segment as this thread runs collectives on it (shared-memory worlds). */
+  segment?: SegmentExecutor;
+  /** Milliseconds a segment call spins when it cannot move before it sleeps. @default 0.2 */
+  segmentSpinMs?: number;
 }
 
 /** Runs a rank's calls over a transport. */
@@ -58,6 +64,8 @@ export class Engine {
   #failure: Error | undefined;
   #chunkBytes: number;
   #checkCalls: boolean;
+  #segment: SegmentExecutor | undefined;
+  #segmentSpinMs: number;
   #cancelled = new Map<number, string>();
   #running: { id: number; fail: (e: Error) => void } | undefined;
   #scratch: ArrayBuffer[] = [];
@@ -77,6 +85,8 @@ export class Engine {
     this.#reducer = reducer;
     this.#chunkBytes = options.chunkBytes ?? 1 << 20;
     this.#checkCalls = options.checkCalls ?? true;
+    this.#segment = options.segment;
+    this.#segmentSpinMs = options.segmentSpinMs ?? 0.2;
     const world = Array.from({ length: transport.size }, (_, i) => i);
     this.addGroup(0, world);
     transport.failed.then((e) => this.#fail(e));
@@ -182,6 +192,7 @@ export class Engine {
   #fail(error: Error): void {
     if (this.#failure) return;
     this.#failure = error;
+    this.#segment?.segment.abort(error.message);
     this.#transport.abort(error);
     this.#running?.fail(error);
   }
@@ -200,16 +211,26 @@ export class Engine {
     const size = group.ranks.length;
     const elemSize = dtypeSize(op.dtype);
     const bytes = op.count * elemSize;
+    const segment = this.#segment !== undefined && SegmentExecutor.groupFits(group.id);
     const algorithm = resolveAlgorithm(op.collective, op.algorithm, {
       bytes: modelBytes(op, elemSize, size),
       size,
       transport: this.#transport.kind,
       chunkBytes: this.#chunkBytes,
       servers: op.servers,
+      segment,
     });
+    if (algorithm === "segment") {
+      if (!segment) throw segmentUnavailable(op.collective, group.id, this.#transport.kind);
+      return await this.#runSegment(op, group);
+    }
 
     const p2p = op.collective === "send" || op.collective === "recv";
     const desc = this.#descriptor(op, group, algorithm);
+    if (segment && !p2p) {
+      // Numbered in the group's one sequence of calls, which the segment's calls share.
+      desc.seq = (this.#segment as SegmentExecutor).beginCall(group.id, (seq) => ({ ...desc, seq })) >>> 0;
+    }
     const encoded = encodeDescriptor(desc, ALGORITHM_NAMES);
     const waitingOn = new Set<number>();
     let bytesSent = 0;
@@ -293,6 +314,37 @@ export class Engine {
     };
   }
 
+  /** Runs a call through the host segment (begun here, or by the main thread and handed over). */
+  async #runSegment(op: OpRequest, group: GroupState): Promise<WorkReport> {
+    const exec = this.#segment as SegmentExecutor;
+    const call = segmentCallOf(op, group.ranks, exec.segment.layout, view(op.input), view(op.output));
+    const run = op.resume ? exec.resume(call, op.resume.number, op.resume.state) : exec.begin(call);
+    const startedAt = performance.timeOrigin + performance.now();
+    const t0 = performance.now();
+    const { promise: failed, reject } = Promise.withResolvers<never>();
+    this.#running = { id: op.id, fail: reject };
+    try {
+      await Promise.race([run.drive(t0 + op.timeoutMs, this.#segmentSpinMs, op.timeoutMs), failed]);
+    } catch (e) {
+      const error = e instanceof Error ? e : new DistError(String(e));
+      this.#fail(error);
+      throw this.#failure ?? error;
+    } finally {
+      this.#running = undefined;
+    }
+    const t1 = performance.now();
+    return {
+      collective: op.collective,
+      algorithm: "segment",
+      transport: this.#transport.kind,
+      bytes: op.count * dtypeSize(op.dtype),
+      bytesSent: segmentBytesPosted(call, group.index),
+      timeMs: t1 - t0,
+      startedAt,
+      finishedAt: performance.timeOrigin + t1,
+    };
+  }
+
   #descriptor(op: OpRequest, group: GroupState, algorithm: string): CallDescriptor {
     if (op.collective === "send" || op.collective === "recv") {
       // Both ends describe the message as the sender's call, numbered per direction.
@@ -358,7 +410,16 @@ function reduceOpOf(op: ReduceOp): ReduceOp {
 }
 
 function view(region: OpRequest["input"]): Uint8Array | undefined {
-  return region ? new Uint8Array(region.buffer, region.byteOffset, region.byteLength) : undefined;
+  if (region === undefined) return undefined;
+  if ("address" in region) return pointerView(region.address, region.byteLength);
+  return new Uint8Array(region.buffer, region.byteOffset, region.byteLength);
+}
+
+/** The bytes at an address of this process (a tensor of the main thread, kept alive by its call). */
+function pointerView(address: number, byteLength: number): Uint8Array {
+  if (byteLength === 0) return EMPTY;
+  const pointer = Deno.UnsafePointer.create(BigInt(address)) as Deno.PointerObject;
+  return new Uint8Array(Deno.UnsafePointerView.getArrayBuffer(pointer, byteLength));
 }
 
 function mismatch(from: number, theirs: CallDescriptor, me: number, mine: CallDescriptor): MismatchError {

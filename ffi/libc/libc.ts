@@ -1,6 +1,6 @@
 /**
- * The libc binding: POSIX shared memory (`shm_open`, `ftruncate`, `posix_fallocate`, `mmap`), process
- * liveness (`kill`, `getpid`), futex waits and wakes (`syscall`), and errno. This is the only place in the project that opens libc, and it opens it on first
+ * The libc binding: POSIX shared memory (`shm_open`, `ftruncate`, `posix_fallocate`, `mmap`, `mremap`),
+ * process liveness (`kill`, `getpid`), futex waits and wakes (`syscall`), `sched_yield`, and errno. This is the only place in the project that opens libc, and it opens it on first
  * use, so importing the module needs no `--allow-ffi`.
  *
  * Every wrapper turns a failed call into a {@linkcode LibcError} that names the call and says errno in
@@ -52,6 +52,23 @@ export const LIBC_SYMBOLS = {
       "i64", // off_t offset
     ],
     result: "pointer",
+  },
+  mremap: {
+    // void *mremap(void *old_address, size_t old_size, size_t new_size, int flags, void *new_address);
+    // (variadic in C: new_address is read only with MREMAP_FIXED; passed as a fixed fifth argument)
+    parameters: [
+      "pointer", // void *old_address
+      "usize", // size_t old_size (0: a second mapping of the same pages of a MAP_SHARED mapping)
+      "usize", // size_t new_size
+      "i32", // int flags (MREMAP_MAYMOVE | MREMAP_FIXED)
+      "pointer", // void *new_address
+    ],
+    result: "pointer",
+  },
+  sched_yield: {
+    // int sched_yield(void);
+    parameters: [],
+    result: "i32",
   },
   munmap: {
     // int munmap(void *addr, size_t length);
@@ -255,6 +272,17 @@ export function libc(): LibcSymbols {
   );
 }
 
+/** mmap flag: a mapping private to this process. */
+export const MAP_PRIVATE = 2;
+/** mmap flag: put the mapping at the address given, replacing what was mapped there. */
+export const MAP_FIXED = 0x10;
+/** mmap flag: memory not backed by a file (zero-filled). */
+export const MAP_ANONYMOUS = 0x20;
+/** mremap flag: the kernel may move the mapping. */
+export const MREMAP_MAYMOVE = 1;
+/** mremap flag: put the mapping at `new_address`, replacing what was mapped there. */
+export const MREMAP_FIXED = 2;
+
 /** A libc call returned an error; `errno` says which. */
 export class LibcError extends DistError {
   /** The call that failed, as `name(args)`. */
@@ -449,11 +477,59 @@ export function futexWake(word: Deno.PointerObject): number {
  */
 export function mmapShared(fd: number, bytes: number): SharedMapping {
   const pointer = libc().mmap(null, BigInt(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0n);
+  if (mapFailed(pointer)) throw new LibcError(`mmap(fd ${fd}, ${bytes} bytes)`, errno());
+  const mapped = pointer as Deno.PointerObject;
+  return { pointer: mapped, bytes, buffer: Deno.UnsafePointerView.getArrayBuffer(mapped, bytes) };
+}
+
+function mapFailed(pointer: Deno.PointerValue): boolean {
   // MAP_FAILED is (void *)-1.
-  if (pointer === null || Deno.UnsafePointer.value(pointer) === 0xffff_ffff_ffff_ffffn) {
-    throw new LibcError(`mmap(fd ${fd}, ${bytes} bytes)`, errno());
-  }
-  return { pointer, bytes, buffer: Deno.UnsafePointerView.getArrayBuffer(pointer, bytes) };
+  return pointer === null || Deno.UnsafePointer.value(pointer) === 0xffff_ffff_ffff_ffffn;
+}
+
+/**
+ * A second mapping of the same pages as a shared mapping (`mremap` with an old size of 0), anywhere or
+ * at `at`, replacing whatever was mapped there. The pages live until every mapping of them is unmapped,
+ * so a duplicate outlives the original's `munmap`.
+ *
+ * @param pointer The start of a page-aligned range of a MAP_SHARED mapping.
+ * @param bytes The range's length (a multiple of the page size).
+ * @param at Where to put the duplicate (page-aligned; its old contents are replaced). @default anywhere
+ * @returns The duplicate.
+ * @throws {LibcError} If `mremap` fails.
+ */
+export function duplicateMapping(
+  pointer: Deno.PointerObject,
+  bytes: number,
+  at?: Deno.PointerObject,
+): SharedMapping {
+  const flags = MREMAP_MAYMOVE | (at === undefined ? 0 : MREMAP_FIXED);
+  const dup = libc().mremap(pointer, 0n, BigInt(bytes), flags, at ?? null);
+  if (mapFailed(dup)) throw new LibcError(`mremap(${bytes} bytes, duplicate)`, errno());
+  const mapped = dup as Deno.PointerObject;
+  return { pointer: mapped, bytes, buffer: Deno.UnsafePointerView.getArrayBuffer(mapped, bytes) };
+}
+
+/**
+ * Puts fresh zero-filled private memory at `at`, replacing whatever was mapped there (to give back a
+ * range of WebAssembly memory that a {@linkcode duplicateMapping} had taken over).
+ *
+ * @param at A page-aligned address.
+ * @param bytes A multiple of the page size.
+ * @throws {LibcError} If `mmap` fails.
+ */
+export function mapAnonymousAt(at: Deno.PointerObject, bytes: number): void {
+  const flags = MAP_PRIVATE | MAP_FIXED | MAP_ANONYMOUS;
+  const pointer = libc().mmap(at, BigInt(bytes), PROT_READ | PROT_WRITE, flags, -1, 0n);
+  if (mapFailed(pointer)) throw new LibcError(`mmap(anonymous, ${bytes} bytes, fixed)`, errno());
+}
+
+/**
+ * Gives the processor to another runnable thread, if any (a polite spin: on a machine with fewer cores
+ * than spinning threads, the peer being waited for may be the one that needs this core).
+ */
+export function schedYield(): void {
+  libc().sched_yield();
 }
 
 /**

@@ -30,7 +30,7 @@ Deno.test("ProcessGroup rejects bad arguments with TypeError/RangeError naming e
   assert.match(e.clamped, /^TypeError: .*Uint8ClampedArray/);
   assert.match(
     e.algorithm,
-    /^TypeError: Unknown allReduce algorithm: expected "auto" or one of "ring".*found "butterfly"/,
+    /^TypeError: Unknown allReduce algorithm: expected "auto" or one of "segment", "ring".*found "butterfly"/,
   );
   assert.match(e.peerSelf, /^RangeError: Cannot send: peer 0 is this rank/);
   assert.match(e.peerRange, /^RangeError: Cannot recv: peer must be a rank in 0\.\.1, found 99/);

@@ -33,10 +33,15 @@ for (const size of [1, 2, 3, 4, 5, 8]) {
   });
 }
 
-async function launched(size: number, transport: string, profile: string): Promise<RankResult[]> {
+async function launched(
+  size: number,
+  transport: string,
+  profile: string,
+  env: Record<string, string> = {},
+): Promise<RankResult[]> {
   const out = await new Deno.Command(Deno.execPath(), {
     args: ["run", "-A", LAUNCH.pathname, "--nproc-per-node", String(size), FIXTURE.pathname, profile],
-    env: { DCOMM_TRANSPORT: transport },
+    env: { DCOMM_TRANSPORT: transport, ...env },
     stdout: "piped",
     stderr: "piped",
   }).output();
@@ -58,6 +63,17 @@ const PROCESS_CASES: readonly (readonly [string, number, string])[] = [
 ];
 for (const [transport, size, profile] of PROCESS_CASES) {
   Deno.test(`CPU backend runs every collective on ${size} processes over ${transport} (${profile || "base"})`, async () => {
-    checkResults(await launched(size, transport, profile), size);
+    const results = await launched(size, transport, profile);
+    checkResults(results, size);
+    // Over shared memory "auto" runs through the host segment; elsewhere it never can.
+    const segmentCalls = results[0].algorithms["segment"] ?? 0;
+    if (transport === "shm" && size > 1) assert.ok(segmentCalls > 0, JSON.stringify(results[0].algorithms));
+    if (transport !== "shm") assert.equal(segmentCalls, 0);
   });
 }
+
+Deno.test("CPU backend runs every collective on 3 processes over shm with the segment turned off", async () => {
+  const results = await launched(3, "shm", "", { DCOMM_SEGMENT: "0" });
+  checkResults(results, 3);
+  assert.equal(results[0].algorithms["segment"], undefined, JSON.stringify(results[0].algorithms));
+});

@@ -73,9 +73,11 @@ function failure(rank: Rank): { name: string; ms: number; message: string } | un
   return m ? { name: m[1], ms: Number(m[2]), message: m[3] } : undefined;
 }
 
-for (const transport of ["tcp", "shm"]) {
-  Deno.test(`a rank killed mid-collective makes every other rank fail within seconds (${transport})`, async () => {
-    const ranks = await start(4, ["loop"], { DCOMM_TRANSPORT: transport });
+for (const [transport, size] of [["tcp", "16 MiB"], ["shm", "16 MiB"], ["shm", "1 KiB"]]) {
+  Deno.test(`a rank killed mid-collective makes every other rank fail within seconds (${transport}, ${size})`, async () => {
+    const ranks = await start(4, ["loop", size === "1 KiB" ? "small" : "big"], {
+      DCOMM_TRANSPORT: transport,
+    });
     await until(() => ranks.every((r) => r.lines.includes("STARTED")), 60_000);
     await new Promise((r) => setTimeout(r, 200));
     const killedAt = Date.now();
@@ -96,9 +98,17 @@ for (const transport of ["tcp", "shm"]) {
   });
 }
 
-for (const variant of ["count", "op", "dtype", "collective", "algorithm"]) {
-  Deno.test(`mismatched calls (${variant}) fail on every rank, naming both ranks and both calls`, async () => {
-    const ranks = await start(3, ["mismatch", variant], { DCOMM_TRANSPORT: "tcp" });
+const MISMATCHES = [
+  ...["count", "op", "dtype", "collective", "algorithm"].map((v) => [v, "tcp", "ring"]),
+  // Through the host segment: the descriptor in each rank's log is what catches them.
+  ...["count", "op", "dtype", "collective", "algorithm", "root"].map((v) => [v, "shm", "auto"]),
+];
+for (const [variant, transport, algorithm] of MISMATCHES) {
+  Deno.test(`mismatched calls (${variant}, ${transport} ${algorithm}) fail on every rank, naming both ranks and both calls`, async () => {
+    const ranks = await start(3, ["mismatch", variant], {
+      DCOMM_TRANSPORT: transport,
+      FAULT_ALGORITHM: algorithm,
+    });
     await Promise.all(ranks.map((r) => r.done));
     const messages = ranks.map((r) => failure(r)?.message ?? `no failure: ${r.lines.join(" | ")}`);
     for (const m of messages) assert.doesNotMatch(m, /^no failure/, m);
@@ -112,17 +122,20 @@ for (const variant of ["count", "op", "dtype", "collective", "algorithm"]) {
   });
 }
 
-Deno.test("a rank that skips a collective makes the others time out, naming the call and the awaited rank", async () => {
-  const ranks = await start(3, ["skip"], { DCOMM_TRANSPORT: "tcp", FAULT_TIMEOUT_MS: "1500" });
-  await Promise.all(ranks.map((r) => r.done));
-  const f0 = failure(ranks[0]);
-  assert.ok(f0, ranks[0].lines.join(" | "));
-  assert.match(f0.message, /Timed out after 1500 ms in allReduce\(1024 × float32/);
-  assert.ok(f0.ms < 6000, `rank 0 failed after ${f0.ms} ms`);
-  const f2 = failure(ranks[2]);
-  assert.ok(f2);
-  assert.match(f2.message, /Timed out|aborted/);
-});
+for (const transport of ["tcp", "shm"]) {
+  Deno.test(`a rank that skips a collective makes the others time out, naming the call and the awaited rank (${transport})`, async () => {
+    const ranks = await start(3, ["skip"], { DCOMM_TRANSPORT: transport, FAULT_TIMEOUT_MS: "1500" });
+    await Promise.all(ranks.map((r) => r.done));
+    const f0 = failure(ranks[0]);
+    assert.ok(f0, ranks[0].lines.join(" | "));
+    assert.match(f0.message, /Timed out after 1500 ms in allReduce\(1024 × float32/);
+    assert.ok(f0.ms < 6000, `rank 0 failed after ${f0.ms} ms`);
+    const f2 = failure(ranks[2]);
+    assert.ok(f2);
+    assert.match(f2.message, /Timed out|aborted/);
+    assert.match(f0.message, /waiting for rank 1\b/);
+  });
+}
 
 Deno.test("a call's own short timeout fires after calls with the long default (one timer serves all)", async () => {
   const results = await spawnThreads(new URL("./_fixtures/timeouts.ts", import.meta.url), {

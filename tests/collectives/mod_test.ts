@@ -10,6 +10,7 @@ import {
   type Collective,
   REDUCE_ALGORITHMS,
   REDUCE_SCATTER_ALGORITHMS,
+  SEGMENT_PLANS,
 } from "../../collectives/mod.ts";
 import {
   COST_FUNCTIONS,
@@ -41,7 +42,9 @@ const REGISTRIES: Record<Collective, Readonly<Record<string, unknown>>> = {
 Deno.test("ALGORITHMS, the registries and the cost model name the same algorithms", () => {
   for (const c of Object.keys(REGISTRIES) as Collective[]) {
     const names = [...ALGORITHMS[c]].sort();
-    assert.deepEqual(Object.keys(REGISTRIES[c]).sort(), names, c);
+    // Every collective has a segment plan besides its message algorithms.
+    assert.equal(typeof SEGMENT_PLANS[c], "function", c);
+    assert.deepEqual([...Object.keys(REGISTRIES[c]), "segment"].sort(), names, c);
     assert.deepEqual(Object.keys(COST_FUNCTIONS[c]).sort(), names, c);
   }
   assert.deepEqual(Object.keys(COST_FUNCTIONS).sort(), Object.keys(REGISTRIES).sort());
@@ -120,8 +123,10 @@ Deno.test("chooseAlgorithm() returns the cheapest prediction, preferring the ear
     for (const size of [1, 2, 3, 8, 33]) {
       for (const b of [0, 64, 1 << 16, 1 << 26]) {
         const name = chooseAlgorithm(c, { bytes: b, size, constants });
+        assert.notEqual(name, "segment", "the segment is chosen only where the ranks share one");
+        assert.equal(chooseAlgorithm(c, { bytes: b, size, constants, segment: true }), "segment");
         const cost = predict(c, name, { size, bytes: b, constants });
-        for (const other of ALGORITHMS[c]) {
+        for (const other of ALGORITHMS[c].filter((a) => a !== "segment")) {
           const otherCost = predict(c, other, { size, bytes: b, constants });
           assert.ok(
             cost <= otherCost * (1 + 1e-9),

@@ -104,7 +104,7 @@ Deno.test("predict() dispatches to the named cost function and rejects unknown n
   // deno-lint-ignore no-explicit-any
   assert.throws(() => predict("allReduce", "bogus" as any, { size: 2, bytes: 8, constants }), {
     name: "RangeError",
-    message: /Unknown algorithm: expected one of ring, tree, .* for allReduce, found bogus/,
+    message: /Unknown algorithm: expected one of segment, ring, tree, .* for allReduce, found bogus/,
   });
   assert.throws(() => predict("allReduce", "ring", { size: 0, bytes: 8, constants }), RangeError);
   assert.throws(() => predict("allReduce", "ps", { size: 4, bytes: 8, servers: 5, constants }), RangeError);

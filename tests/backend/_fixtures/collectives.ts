@@ -8,7 +8,7 @@
  */
 import { type DType, DTYPES, REDUCE_OPS, type ReduceOp } from "../../../core/dtype.ts";
 import type { ProcessGroup } from "../../../backend/process_group.ts";
-import { ALGORITHMS } from "../../../collectives/mod.ts";
+import { ALGORITHMS as ALL_ALGORITHMS } from "../../../collectives/mod.ts";
 import { checkReduction, hashBytes, input, makeArray } from "../_reference.ts";
 
 /** One seeded call. */
@@ -42,9 +42,11 @@ export interface RankResult {
 
 /**
  * The cases of a profile for a world of `size` ranks: `"sweep"` adds every dtype × op of allReduce,
- * `"big"` adds calls of about a million elements; `"sweep,big"` both.
+ * `"big"` adds calls of about a million elements; `"sweep,big"` both. The `"segment"` algorithms join
+ * only where the ranks share a host segment (`segment`).
  */
-export function cases(size: number, profile: string): Case[] {
+export function cases(size: number, profile: string, segment = false): Case[] {
+  const ALGORITHMS = available(segment);
   const sweep = profile.includes("sweep");
   const withBig = profile.includes("big");
   const out: Case[] = [];
@@ -95,7 +97,9 @@ export function cases(size: number, profile: string): Case[] {
         ]] as const
       ) {
         if (count === big && dtype !== "float32") continue;
-        add({ collective: "reduce", algorithm: "binomial", dtype, op, count, root });
+        for (const algorithm of ALGORITHMS.reduce) {
+          add({ collective: "reduce", algorithm, dtype, op, count, root });
+        }
       }
     }
     const block = count === big ? Math.ceil(big / size) | 1 : count;
@@ -118,15 +122,34 @@ export function cases(size: number, profile: string): Case[] {
     }
     for (const dtype of ["int32", "float64"] as const) {
       if (count === big && dtype !== "float64") continue;
-      add({ collective: "allToAll", algorithm: "pairwise", dtype, op: "sum", count: block, root: 0 });
+      for (const algorithm of ALGORITHMS.allToAll) {
+        add({ collective: "allToAll", algorithm, dtype, op: "sum", count: block, root: 0 });
+      }
     }
     for (const dtype of ["uint32", "bfloat16"] as const) {
       if (count === big && dtype !== "uint32") continue;
       add({ collective: "sendrecv", algorithm: "", dtype, op: "sum", count, root: 0 });
     }
   }
-  add({ collective: "barrier", algorithm: "dissemination", dtype: "uint8", op: "sum", count: 0, root: 0 });
+  for (const algorithm of ALGORITHMS.barrier) {
+    add({ collective: "barrier", algorithm, dtype: "uint8", op: "sum", count: 0, root: 0 });
+  }
   return out;
+}
+
+/** Every algorithm of every collective, without `"segment"` where there is no segment. */
+function available(segment: boolean): { [C in keyof typeof ALL_ALGORITHMS]: readonly string[] } {
+  const drop = (names: readonly string[]): readonly string[] =>
+    segment ? names : names.filter((n) => n !== "segment");
+  return {
+    allReduce: drop(ALL_ALGORITHMS.allReduce),
+    allGather: drop(ALL_ALGORITHMS.allGather),
+    reduceScatter: drop(ALL_ALGORITHMS.reduceScatter),
+    broadcast: drop(ALL_ALGORITHMS.broadcast),
+    reduce: drop(ALL_ALGORITHMS.reduce),
+    allToAll: drop(ALL_ALGORITHMS.allToAll),
+    barrier: drop(ALL_ALGORITHMS.barrier),
+  };
 }
 
 function concat(dtype: DType, parts: readonly ArrayLike<unknown>[], each: number): ArrayBufferView {
@@ -153,7 +176,9 @@ export async function main(pg: ProcessGroup, ctx: { args: unknown }): Promise<Ra
   const result: RankResult = { rank: me, ran: 0, failures: [], hashes: {}, algorithms: {} };
   const all = (c: Case, n: number) =>
     Array.from({ length: size }, (_, r) => input(c.dtype, c.op, n, c.id, r));
-  for (const c of cases(size, profile)) {
+  // The ranks share a host segment when they run over shared memory (unless it was turned off).
+  const segment = (pg as { transport?: string }).transport === "shm" && Deno.env.get("DCOMM_SEGMENT") !== "0";
+  for (const c of cases(size, profile, segment)) {
     const name = `#${c.id} ${c.collective}(${c.count} × ${c.dtype}, ${c.op}, ${
       c.algorithm || "p2p"
     }, root ${c.root})`;
@@ -184,7 +209,8 @@ export async function main(pg: ProcessGroup, ctx: { args: unknown }): Promise<Ra
       case "reduce": {
         const inputs = all(c, c.count);
         out = inputs[me].slice();
-        await pg.reduce(out, { ...opts, op: c.op, root: c.root });
+        const report = await pg.reduce(out, { ...opts, op: c.op, root: c.root }).wait();
+        if (report) result.algorithms[report.algorithm] = (result.algorithms[report.algorithm] ?? 0) + 1;
         if (me === c.root) {
           const bad = checkReduction(c.dtype, c.op, inputs, out);
           if (bad) fail(`element ${bad.index}: expected ${bad.expected}, got ${bad.got}`);

@@ -1,20 +1,23 @@
 /**
  * A rank of the fault tests, started directly (not by the launcher, which would stop the others itself).
  * Modes (first argument):
- * - `loop`: all-reduce 16 MiB forever, printing `STARTED` once; the test kills one rank.
+ * - `loop`: all-reduce 16 MiB forever (1 KiB with a second argument `small`), printing `STARTED` once;
+ *   the test kills one rank.
  * - `mismatch`: rank 1 makes a different call than the others (second argument: count | op | dtype |
- *   collective | algorithm).
+ *   collective | algorithm | root), with algorithm `FAULT_ALGORITHM` (default "ring"; "auto" runs
+ *   through the host segment over shared memory).
  * - `skip`: rank 1 skips the collective the others make (they time out).
  * Every rank prints `FAILED <name> <ms> <message>` when its call fails, or `DONE`.
  */
 import { init } from "../../../backend/init.ts";
 
 const [mode, variant = "count"] = Deno.args;
+const algorithm = Deno.env.get("FAULT_ALGORITHM") ?? "ring";
 const pg = await init({ timeoutMs: Number(Deno.env.get("FAULT_TIMEOUT_MS") ?? 60_000) });
 const t0 = performance.now();
 try {
   if (mode === "loop") {
-    const t = new Float32Array(4 << 20).fill(1);
+    const t = new Float32Array(variant === "small" ? 256 : 4 << 20).fill(1);
     await pg.allReduce(t);
     console.log("STARTED");
     for (;;) await pg.allReduce(t);
@@ -23,10 +26,12 @@ try {
     const n = odd && variant === "count" ? 4096 : 1024;
     const t = odd && variant === "dtype" ? new Int32Array(n) : new Float32Array(n);
     if (odd && variant === "collective") await pg.broadcast(t, { root: 0 });
-    else {
+    else if (variant === "root") {
+      await pg.broadcast(t, { root: odd ? 1 : 0, algorithm: algorithm === "ring" ? "binomial" : algorithm });
+    } else {
       await pg.allReduce(t, {
         op: odd && variant === "op" ? "max" : "sum",
-        algorithm: odd && variant === "algorithm" ? "tree" : "ring",
+        algorithm: odd && variant === "algorithm" ? (algorithm === "tree" ? "ring" : "tree") : algorithm,
       });
     }
     console.log("DONE");

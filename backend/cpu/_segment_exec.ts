@@ -1,0 +1,522 @@
+/**
+ * Runs collectives through the host segment (`transport/segment.ts`) on the thread that holds this
+ * executor: the rank's main thread, for calls that can finish before returning, or its communication
+ * Worker. Each thread maps every rank's area once more into its own WebAssembly memory, so the kernels
+ * reduce the peers' buffers where they are; copies in and out are `TypedArray.set` between the tensor
+ * and the mapped buffers.
+ *
+ * A call begins by writing its descriptor into this rank's log in the group's block and bumping the
+ * group's `called` counter; before any member's buffer is read, that member's descriptor for the same
+ * call is compared with ours (a member running another call fails every rank with a `MismatchError`
+ * naming both calls). Calls of every path (segment or transport) in a group with a block count in that
+ * one sequence, so whichever thread of a rank runs a call, all ranks number it alike.
+ *
+ * @module
+ */
+import { type DType, dtypeSize, type ReduceOp } from "../../core/dtype.ts";
+import {
+  DistError,
+  MismatchError,
+  TimeoutError,
+  TransportError,
+  UnsupportedError,
+} from "../../core/errors.ts";
+import { DEFAULT_SEGMENT_CONSTANTS, segmentPlan } from "../../sim/cost_model.ts";
+import { duplicateMapping, mapAnonymousAt, schedYield, type SharedMapping } from "../../ffi/libc/libc.ts";
+import {
+  type HostSegment,
+  reached,
+  SEGMENT_GROUPS,
+  SEGMENT_HEADER_BYTES,
+  type SegmentLayout,
+} from "../../transport/segment.ts";
+import type { Kernels } from "../../wasm/kernels.ts";
+import {
+  type SegmentContext,
+  SegmentPipeline,
+  type SegmentPlan,
+  type SegmentState,
+} from "../../collectives/segment_context.ts";
+import { segmentAllReduce } from "../../collectives/segment_allreduce.ts";
+import { segmentBroadcast } from "../../collectives/segment_broadcast.ts";
+import { segmentReduce } from "../../collectives/segment_reduce.ts";
+import { segmentAllGather } from "../../collectives/segment_allgather.ts";
+import { segmentReduceScatter } from "../../collectives/segment_reduce_scatter.ts";
+import { segmentAllToAll } from "../../collectives/segment_alltoall.ts";
+import { segmentBarrier } from "../../collectives/segment_barrier.ts";
+import { type CallDescriptor, decodeDescriptor, describeCall, encodeDescriptor } from "./_descriptor.ts";
+import { ALGORITHM_NAMES } from "./_dispatch.ts";
+import type { Collective, OpRequest } from "./_protocol.ts";
+
+/** A call to run through the segment. */
+export interface SegmentCall {
+  /** The group id (below `SEGMENT_GROUPS`). */
+  group: number;
+  /** The group's members, as global ranks, in group order. */
+  members: readonly number[];
+  /** The collective (not send/recv). */
+  collective: Exclude<Collective, "send" | "recv">;
+  /** The element type. */
+  dtype: DType;
+  /** The reduction. */
+  op: ReduceOp;
+  /** The root (group rank), for broadcast and reduce. */
+  root: number;
+  /** Elements, as the descriptor counts them. */
+  count: number;
+  /** The two-phase plan of all-reduce and reduce. */
+  twoPhase: boolean;
+  /** The in-place tensor or the input. */
+  input?: Uint8Array;
+  /** The output of the out-of-place collectives. */
+  output?: Uint8Array;
+}
+
+/**
+ * The segment call of a request: the plan (one-shot or two-phase, as the cost model prices them, the same
+ * on every rank) and the tensors' bytes as this thread reaches them.
+ *
+ * @param op The request.
+ * @param members The group's global ranks.
+ * @param layout The segment's buffers.
+ * @param input The input's bytes.
+ * @param output The output's bytes.
+ * @returns The call.
+ */
+export function segmentCallOf(
+  op: Pick<OpRequest, "group" | "collective" | "dtype" | "op" | "root" | "count">,
+  members: readonly number[],
+  layout: SegmentLayout,
+  input: Uint8Array | undefined,
+  output: Uint8Array | undefined,
+): SegmentCall {
+  const collective = op.collective;
+  if (collective === "send" || collective === "recv") {
+    throw new TypeError(`${collective} has no segment algorithm: it is a message`);
+  }
+  const twoPhase = (collective === "allReduce" || collective === "reduce") &&
+    segmentPlan(
+        { size: members.length, bytes: op.count * dtypeSize(op.dtype), chunkBytes: layout.bufferBytes },
+        DEFAULT_SEGMENT_CONSTANTS,
+      ) === "two-phase";
+  return {
+    group: op.group,
+    members,
+    collective,
+    dtype: op.dtype,
+    op: op.op,
+    root: op.root,
+    count: op.count,
+    twoPhase,
+    input,
+    output,
+  };
+}
+
+/**
+ * Bytes a call copies into this rank's buffers, for its report's `bytesSent`: what the rank hands to its
+ * peers.
+ *
+ * @param call The call.
+ * @param index This rank within the group.
+ * @returns Bytes.
+ */
+export function segmentBytesPosted(call: SegmentCall, index: number): number {
+  switch (call.collective) {
+    case "barrier":
+      return 0;
+    case "broadcast":
+      return index === call.root ? call.input?.byteLength ?? 0 : 0;
+    default:
+      return call.input?.byteLength ?? 0;
+  }
+}
+
+/**
+ * The error of a call that asks for the segment where a group has none.
+ *
+ * @param collective The collective.
+ * @param group The group id.
+ * @param transport The transport the group runs over.
+ * @returns The error to throw.
+ */
+export function segmentUnavailable(collective: string, group: number, transport: string): UnsupportedError {
+  const why = transport !== "shm"
+    ? `this world runs over ${transport}, not shared memory`
+    : group >= SEGMENT_GROUPS
+    ? `group ${group} has no block in it (only group ids below ${SEGMENT_GROUPS} do)`
+    : "the segment is turned off (DCOMM_SEGMENT=0 or init({ segment: false }))";
+  return new UnsupportedError(
+    `Cannot run ${collective} with algorithm "segment": it needs the ranks' shared host segment, and ${why}`,
+  );
+}
+
+/** What a rank waits on the segment for, at most, between looks at the clock and the peers. */
+const LOOK_EVERY = 64;
+/** How often a waiting rank checks that its peers are alive. */
+const LIVENESS_MS = 100;
+/** Bytes reduced at once into the scratch buffer before they are copied out (stays in L2). */
+const SCRATCH_BYTES = 64 * 1024;
+
+/** One call under way: its pipeline and the context it runs in. */
+export class SegmentRun {
+  /** The call's number in its group. */
+  readonly call: number;
+  readonly #exec: SegmentExecutor;
+  readonly #pipeline: SegmentPipeline;
+  readonly #members: readonly number[];
+  readonly #description: string;
+
+  /** @internal */
+  constructor(
+    exec: SegmentExecutor,
+    call: number,
+    pipeline: SegmentPipeline,
+    members: readonly number[],
+    description: string,
+  ) {
+    this.#exec = exec;
+    this.call = call;
+    this.#pipeline = pipeline;
+    this.#members = members;
+    this.#description = description;
+  }
+
+  /** Whether the call is done on this rank. */
+  get done(): boolean {
+    return this.#pipeline.done;
+  }
+
+  /** Where it stands, to hand it to another thread. */
+  get state(): SegmentState {
+    return this.#pipeline.state;
+  }
+
+  /** The call, as error messages name it. */
+  get description(): string {
+    return this.#description;
+  }
+
+  /**
+   * Does what the peers allow now.
+   *
+   * @returns Whether anything moved.
+   * @throws {MismatchError} If a member runs another call.
+   */
+  progress(): boolean {
+    return this.#pipeline.progress();
+  }
+
+  /** The global ranks this rank last waited for. */
+  waitingOn(): number[] {
+    return this.#pipeline.waitingOn().map((q) => this.#members[q]);
+  }
+
+  /**
+   * A failure among the members: one that marked itself aborted (or this rank, failed by its other
+   * thread), or, when `liveness` is asked for, one whose process is gone.
+   *
+   * @param liveness Also check that the members' processes exist.
+   * @returns The error to fail with, or `undefined`.
+   */
+  peerFailure(liveness: boolean): Error | undefined {
+    const seg = this.#exec.segment;
+    for (const r of this.#members) {
+      const reason = seg.abortReason(r);
+      if (reason !== undefined) {
+        return r === seg.rank
+          ? new DistError(reason)
+          : new TransportError(`Rank ${r} aborted: ${reason}`, { peer: r });
+      }
+      if (liveness && r !== seg.rank && seg.exited(r)) {
+        return new TransportError(`Rank ${r} died (pid ${seg.pid(r)}) during ${this.#description}`, {
+          peer: r,
+        });
+      }
+    }
+    return undefined;
+  }
+
+  /**
+   * Spins on the call for at most `budgetMs`, on this thread (nothing else runs meanwhile).
+   *
+   * @param budgetMs How long to wait for the peers at most.
+   * @returns Whether the call is done.
+   * @throws The call's failure (a mismatch, an aborted peer).
+   */
+  spin(budgetMs: number): boolean {
+    let idle = 0;
+    let until = -1;
+    while (!this.#pipeline.done) {
+      if (this.#pipeline.progress()) {
+        idle = 0;
+        continue;
+      }
+      if (++idle % LOOK_EVERY !== 0) continue;
+      const now = performance.now();
+      if (until < 0) until = now + budgetMs;
+      else if (now >= until) return false;
+      const failure = this.peerFailure(false);
+      if (failure) throw failure;
+      if (idle % (LOOK_EVERY * 16) === 0) schedYield();
+    }
+    return true;
+  }
+
+  /**
+   * Drives the call to its end: spins for `spinMs` whenever it cannot move, then sleeps on this rank's
+   * doorbell (peers ring it when they publish) while the event loop runs on; checks the deadline and
+   * the peers all along.
+   *
+   * @param deadline `performance.now()` time past which the call fails.
+   * @param spinMs How long to spin before sleeping.
+   * @param timeoutMs The call's timeout, for the message.
+   * @throws {TimeoutError} Past the deadline, naming the ranks waited for.
+   * @throws {TransportError} If a member aborted or died.
+   * @throws {MismatchError} If a member runs another call.
+   */
+  async drive(deadline: number, spinMs: number, timeoutMs: number): Promise<void> {
+    const seg = this.#exec.segment;
+    let lastLiveness = performance.now();
+    while (!this.spin(spinMs)) {
+      const now = performance.now();
+      const liveness = now - lastLiveness >= LIVENESS_MS;
+      if (liveness) lastLiveness = now;
+      const failure = this.peerFailure(liveness);
+      if (failure) throw failure;
+      if (now >= deadline) {
+        const peers = this.waitingOn();
+        const waiting = peers.length ? `, waiting for rank ${peers.join(", rank ")}` : "";
+        throw new TimeoutError(
+          `Timed out after ${timeoutMs} ms in ${this.#description} on rank ${seg.rank}${waiting}`,
+        );
+      }
+      await seg.sleep(Math.min(LIVENESS_MS, Math.max(1, deadline - now)), () => !this.#pipeline.progress());
+    }
+  }
+}
+
+/** The segment as one thread runs collectives on it. */
+export class SegmentExecutor {
+  /** The areas, mapped for this thread. */
+  readonly segment: HostSegment;
+  readonly #kernels: Kernels;
+  /** Each rank's area in this thread's wasm memory. */
+  readonly #wasm: number[];
+  readonly #wasmBase: number;
+  readonly #wasmBytes: number;
+  readonly #maps: SharedMapping[];
+  readonly #scratch: number;
+  readonly #memoryAddress: bigint;
+  #closed = false;
+
+  /**
+   * Maps every rank's area into this thread's wasm memory.
+   *
+   * @param segment The areas, mapped for this thread.
+   * @param kernels This thread's kernels.
+   * @throws {LibcError} If a mapping fails.
+   */
+  constructor(segment: HostSegment, kernels: Kernels) {
+    this.segment = segment;
+    this.#kernels = kernels;
+    const heap = kernels.heap;
+    const area = segment.areaBytes;
+    this.#scratch = heap.alloc(SCRATCH_BYTES, 64);
+    this.#wasmBytes = area * segment.size;
+    this.#wasmBase = heap.alloc(this.#wasmBytes, 65536);
+    this.#memoryAddress = memoryAddress(heap.memory);
+    this.#maps = [];
+    this.#wasm = [];
+    for (let r = 0; r < segment.size; r++) {
+      const at = this.#wasmBase + r * area;
+      const target = Deno.UnsafePointer.create(this.#memoryAddress + BigInt(at)) as Deno.PointerObject;
+      this.#maps.push(duplicateMapping(segment.pointer(r), area, target));
+      this.#wasm.push(at);
+    }
+  }
+
+  /** Whether a group can run its calls through the segment. */
+  static groupFits(group: number): boolean {
+    return group < SEGMENT_GROUPS;
+  }
+
+  /**
+   * Starts a call: logs its descriptor, bumps the group's call counter, and builds its pipeline.
+   *
+   * @param call The call and its tensors' bytes.
+   * @returns The run.
+   */
+  begin(call: SegmentCall): SegmentRun {
+    const number = this.beginCall(call.group, (seq) => this.#descriptor(call, seq));
+    const words = this.segment.words(this.segment.rank);
+    const base = Atomics.load(words, this.segment.counterIndex(call.group, "posted"));
+    return this.#run(call, number, { base, posted: 0, reduced: 0, finished: 0, checked: false });
+  }
+
+  /**
+   * Goes on with a call another thread of this rank began.
+   *
+   * @param call The call and its tensors' bytes (as this thread sees them).
+   * @param number The call's number.
+   * @param state Where it stands.
+   * @returns The run.
+   */
+  resume(call: SegmentCall, number: number, state: SegmentState): SegmentRun {
+    return this.#run(call, number, state);
+  }
+
+  /**
+   * Counts a call of a group in its sequence and logs its descriptor, for calls of any path (a
+   * transport algorithm's call is numbered in the same sequence, so a rank that runs another path is
+   * caught by the descriptor check).
+   *
+   * @param group The group id.
+   * @param describe The descriptor, given the call's number.
+   * @returns The call's number.
+   */
+  beginCall(group: number, describe: (seq: number) => CallDescriptor): number {
+    const seg = this.segment, me = seg.rank;
+    const words = seg.words(me);
+    const index = seg.counterIndex(group, "called");
+    const number = (Atomics.load(words, index) + 1) | 0;
+    seg.logEntry(me, group, number).set(encodeDescriptor(describe(number >>> 0), ALGORITHM_NAMES));
+    Atomics.store(words, index, number);
+    return number;
+  }
+
+  /** Gives this thread's wasm memory back (fresh pages over the mapped range). Idempotent. */
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    const target = Deno.UnsafePointer.create(
+      this.#memoryAddress + BigInt(this.#wasmBase),
+    ) as Deno.PointerObject;
+    mapAnonymousAt(target, this.#wasmBytes);
+  }
+
+  #descriptor(call: SegmentCall, seq: number): CallDescriptor {
+    return {
+      group: call.group,
+      seq,
+      collective: call.collective,
+      dtype: call.dtype,
+      op: call.op,
+      algorithm: "segment",
+      root: call.collective === "broadcast" || call.collective === "reduce" ? call.root : 0,
+      count: call.count,
+      servers: 0,
+    };
+  }
+
+  #run(call: SegmentCall, number: number, state: SegmentState): SegmentRun {
+    if (this.#closed) throw new DistError("The process group is closed");
+    if (memoryAddress(this.#kernels.heap.memory) !== this.#memoryAddress) {
+      throw new DistError("WebAssembly memory moved; the segment mapping is lost (grow it before mapping)");
+    }
+    const seg = this.segment, kernels = this.#kernels, wasm = this.#wasm;
+    const members = call.members;
+    const me = members.indexOf(seg.rank);
+    const group = call.group;
+    const es = dtypeSize(call.dtype);
+    const { buffers, bufferBytes } = seg.layout;
+    const counters = {
+      called: seg.counterIndex(group, "called"),
+      posted: seg.counterIndex(group, "posted"),
+      reduced: seg.counterIndex(group, "reduced"),
+      consumed: seg.counterIndex(group, "consumed"),
+    };
+    const memberWords = members.map((r) => seg.words(r));
+    const myWords = seg.words(seg.rank);
+    const mine = this.#descriptor(call, number >>> 0);
+    const myEntry = seg.logEntry(seg.rank, group, number);
+    const checked = members.map((r) => r === seg.rank);
+    const bufferAddress = (q: number, b: number, offset: number): number =>
+      wasm[members[q]] + SEGMENT_HEADER_BYTES + b * bufferBytes + offset;
+    const sources = new Array<number>(members.length);
+    const scratch = this.#scratch;
+    const ctx: SegmentContext = {
+      rank: me,
+      size: members.length,
+      elemSize: es,
+      buffers,
+      bufferBytes,
+      call: number,
+      buffer: (q, b) => seg.buffer(members[q], b),
+      reduceToBuffer(b: number, offset: number, bytes: number): void {
+        for (let q = 0; q < sources.length; q++) sources[q] = bufferAddress(q, b, offset);
+        kernels.reduceManyPtr(call.dtype, call.op, bufferAddress(me, b, offset), sources, bytes / es);
+      },
+      reduceToOutput(out: Uint8Array, b: number, offset: number): void {
+        for (let done = 0; done < out.byteLength; done += SCRATCH_BYTES) {
+          const len = Math.min(SCRATCH_BYTES, out.byteLength - done);
+          for (let q = 0; q < sources.length; q++) sources[q] = bufferAddress(q, b, offset + done);
+          kernels.reduceManyPtr(call.dtype, call.op, scratch, sources, len / es);
+          out.set(kernels.heap.bytes().subarray(scratch, scratch + len), done);
+        }
+      },
+      counter: (q, name) => Atomics.load(memberWords[q], counters[name]),
+      publish(name: "posted" | "reduced" | "consumed", value: number): void {
+        Atomics.store(myWords, counters[name], value);
+        seg.ring(members);
+      },
+      checkCall(): boolean {
+        let all = true;
+        for (let q = 0; q < members.length; q++) {
+          if (checked[q]) continue;
+          if (!reached(Atomics.load(memberWords[q], counters.called), number)) {
+            all = false;
+            continue;
+          }
+          const theirs = seg.logEntry(members[q], group, number);
+          // A member far ahead may have logged over this call; its seq field then says so.
+          const seq = theirs[4] | theirs[5] << 8 | theirs[6] << 16 | theirs[7] << 24;
+          if ((seq | 0) === number) {
+            for (let i = 0; i < 32; i++) {
+              if (theirs[i] !== myEntry[i]) {
+                const d = decodeDescriptor(theirs.slice(), ALGORITHM_NAMES);
+                throw new MismatchError(
+                  `Mismatched calls: rank ${members[q]} called ${describeCall(d)} but rank ${seg.rank} ` +
+                    `called ${describeCall(mine)}`,
+                );
+              }
+            }
+          }
+          checked[q] = true;
+        }
+        return all;
+      },
+    };
+    const plan = planOf(ctx, call);
+    return new SegmentRun(this, number, new SegmentPipeline(ctx, plan, state), members, describeCall(mine));
+  }
+}
+
+function memoryAddress(memory: WebAssembly.Memory): bigint {
+  return Deno.UnsafePointer.value(Deno.UnsafePointer.of(new Uint8Array(memory.buffer)));
+}
+
+function need(b: Uint8Array | undefined, what: string, collective: string): Uint8Array {
+  if (b === undefined) throw new TypeError(`A ${collective} call needs ${what}`);
+  return b;
+}
+
+function planOf(ctx: SegmentContext, call: SegmentCall): SegmentPlan {
+  const c = call.collective;
+  switch (c) {
+    case "allReduce":
+      return segmentAllReduce(ctx, need(call.input, "a tensor", c), { twoPhase: call.twoPhase });
+    case "broadcast":
+      return segmentBroadcast(ctx, need(call.input, "a tensor", c), call.root);
+    case "reduce":
+      return segmentReduce(ctx, need(call.input, "a tensor", c), call.root, { twoPhase: call.twoPhase });
+    case "allGather":
+      return segmentAllGather(ctx, need(call.input, "an input", c), need(call.output, "an output", c));
+    case "reduceScatter":
+      return segmentReduceScatter(ctx, need(call.input, "an input", c), need(call.output, "an output", c));
+    case "allToAll":
+      return segmentAllToAll(ctx, need(call.input, "an input", c), need(call.output, "an output", c));
+    case "barrier":
+      return segmentBarrier(ctx);
+  }
+}

@@ -1,0 +1,42 @@
+/**
+ * Chunk geometry shared by the segment algorithms.
+ *
+ * @module
+ */
+import type { SegmentContext } from "./segment_context.ts";
+
+/** How a range of `bytes` splits into chunks of whole elements that fit one buffer. */
+export interface Chunks {
+  /** Chunks, at least 1 (an empty call still synchronises). */
+  readonly count: number;
+  /** Bytes per chunk but the last. */
+  readonly size: number;
+  /** The length of chunk `c`. */
+  length(c: number): number;
+}
+
+/**
+ * Splits `bytes` into chunks of at most `limit` bytes, each a whole number of elements.
+ *
+ * @param ctx For the element size.
+ * @param bytes The range.
+ * @param limit The most bytes per chunk.
+ * @returns The chunks.
+ */
+export function chunksOf(ctx: SegmentContext, bytes: number, limit: number): Chunks {
+  const es = ctx.elemSize;
+  const size = Math.max(es, Math.floor(limit / es) * es);
+  const count = Math.max(1, Math.ceil(bytes / size));
+  return { count, size, length: (c) => Math.max(0, Math.min(size, bytes - c * size)) };
+}
+
+/**
+ * The bytes of one block's piece per chunk, for the block collectives: a chunk carries one piece of each
+ * of the `size` blocks, side by side in a buffer.
+ *
+ * @param ctx The context.
+ * @returns Bytes per piece (whole elements).
+ */
+export function pieceBytes(ctx: SegmentContext): number {
+  return Math.floor(ctx.bufferBytes / ctx.size / ctx.elemSize) * ctx.elemSize;
+}
