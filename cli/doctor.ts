@@ -13,6 +13,8 @@
  * ```
  *
  * Nothing here fails because a library or a GPU is missing: each probe reports what it found.
+ * The cpu probe runs a one-rank world (its store on 127.0.0.1, one all-reduce): loading the kernels
+ * alone said "can run" where the communication thread could not start.
  *
  * @module
  */
@@ -247,13 +249,55 @@ async function probeRdma(): Promise<{ library: LibraryReport; devices: string[];
   }
 }
 
+/** How long the cpu probe's one-rank world may take to start, run a call and close. */
+const CPU_PROBE_MS = 20_000;
+
 async function probeCpu(): Promise<{ ok: boolean; reason?: string }> {
   try {
     const { loadKernelModule } = await import("../wasm/loader.ts");
     await loadKernelModule();
-    return { ok: true };
   } catch (e) {
     return { ok: false, reason: `the WASM kernels do not load: ${message(e)}` };
+  }
+  // The kernels loading is not enough: imported from an https URL the kernels loaded while the
+  // communication thread could not start. A one-rank world starts that thread and runs a call on it.
+  // The deadline's timer also keeps the event loop alive until the world has closed: the store server is
+  // unref'd by then, and under `deno test` the loop ended with doctor() still pending.
+  const late =
+    `a one-rank world should start, run a call and close within ${CPU_PROBE_MS} ms, found it running`;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const deadline = new Promise<{ ok: boolean; reason: string }>((resolve) => {
+    timer = setTimeout(() => resolve({ ok: false, reason: late }), CPU_PROBE_MS);
+  });
+  try {
+    return await Promise.race([runOneRank(), deadline]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+async function runOneRank(): Promise<{ ok: boolean; reason?: string }> {
+  try {
+    const { init } = await import("../backend/init.ts");
+    // env: {} so that a launcher's RANK or DCOMM_STORE_HOSTED around doctor cannot make this rank wait.
+    await using pg = await init({
+      rank: 0,
+      worldSize: 1,
+      initMethod: "tcp://127.0.0.1:0",
+      env: {},
+      timeoutMs: CPU_PROBE_MS,
+    });
+    const x = new Float32Array([1, 2]);
+    await pg.allReduce(x);
+    if (x[0] !== 1 || x[1] !== 2) {
+      return {
+        ok: false,
+        reason: `a one-rank all-reduce of [1, 2] should leave [1, 2], found [${x.join(", ")}]`,
+      };
+    }
+    return { ok: true };
+  } catch (e) {
+    return { ok: false, reason: `a one-rank world does not run: ${message(e)}` };
   }
 }
 

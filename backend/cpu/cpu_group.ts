@@ -38,6 +38,7 @@ import { StagingPool } from "./_staging.ts";
 import { ALGORITHM_NAMES, checkAlgorithm } from "./_dispatch.ts";
 import { type Completion, completionBuffer, CompletionReader } from "./_completions.ts";
 import { encodeRequest, requestBuffer, RequestWriter } from "./_requests.ts";
+import { nodeWorkerUrl } from "./_worker_url.ts";
 
 function unwire(e: WireError): Error {
   if (e.name === "TypeError") return new TypeError(e.message);
@@ -80,7 +81,7 @@ export class EngineHandle {
   /** Calls of at most this many input bytes may run on the main thread (when nothing else is pending). */
   inlineBytes = 0;
   /** Milliseconds a call on the main thread spins for its peers before the communication thread takes it over. */
-  inlineSpinMs = 0.05;
+  inlineSpinMs = 1;
   /** Whether the Worker may reach tensors by address (FFI is allowed): no staging copies. */
   readonly byAddress: boolean = ffiGranted();
   #closing = false;
@@ -100,7 +101,7 @@ export class EngineHandle {
    * @throws {DistError} If connecting fails or times out.
    */
   static async start(config: EngineConfig): Promise<EngineHandle> {
-    const worker = new NodeWorker(new URL("./comm_worker.ts", import.meta.url));
+    const worker = new NodeWorker(nodeWorkerUrl(new URL("./comm_worker.ts", import.meta.url)));
     const completions = completionBuffer(), requests = requestBuffer();
     const handle = new EngineHandle(worker, completions, requests);
     const ready = Promise.withResolvers<void>();
