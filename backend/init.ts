@@ -16,6 +16,7 @@ import { CpuProcessGroup, EngineHandle } from "./cpu/cpu_group.ts";
 import { initMpi } from "./mpi.ts";
 import { initNccl, type NcclOptions } from "./nccl/create.ts";
 import { checkSegmentLayout, DEFAULT_SEGMENT_LAYOUT, type SegmentLayout } from "../transport/segment.ts";
+import { SYS_MREMAP } from "../ffi/libc/libc.ts";
 
 /**
  * How the ranks of one host share memory for collectives (the cpu backend over shared memory): every
@@ -29,7 +30,7 @@ export interface SegmentOptions {
   bufferBytes?: number;
   /** Calls whose input has at most this many bytes may run on the calling thread. @default buffers × bufferBytes */
   inlineBytes?: number;
-  /** Milliseconds such a call spins for its peers before the communication thread takes it over. @default 0.05 */
+  /** Milliseconds such a call spins for its peers before the communication thread takes it over. @default 1 */
   inlineSpinMs?: number;
   /** Milliseconds the communication thread spins on the segment before it sleeps. @default 0.2 */
   spinMs?: number;
@@ -76,7 +77,10 @@ function segmentConfig(
   option: boolean | SegmentOptions | undefined,
   vars: Readonly<Record<string, string | undefined>>,
 ): { layout: SegmentLayout | null; options: SegmentOptions } {
-  if (option === false || (option === undefined && vars["DCOMM_SEGMENT"] === "0")) {
+  // The segment's mappings need the mremap system call, known on x86_64 and aarch64.
+  if (
+    option === false || SYS_MREMAP === undefined || (option === undefined && vars["DCOMM_SEGMENT"] === "0")
+  ) {
     return { layout: null, options: {} };
   }
   const options = typeof option === "object" ? option : {};

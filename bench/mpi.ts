@@ -1,6 +1,7 @@
 /**
- * `deno run -A bench/mpi.ts`: the mpi backend's all-reduce against MPICH's own `MPI_Allreduce` called from C,
- * in one invocation, with nccl-tests' flags and table. It builds `bench/native/mpi_allreduce.c` with mpicc
+ * `deno run -A bench/mpi.ts`: a backend's all-reduce (the mpi backend's, or with `--backend cpu` the cpu
+ * backend's, whose ranks mpiexec starts and which meet through their own store and shared memory) against
+ * MPICH's own `MPI_Allreduce` called from C, in one invocation, with nccl-tests' flags and table. It builds `bench/native/mpi_allreduce.c` with mpicc
  * twice, as a program and as a shared library, then for each of `--trials` runs starts the C program and
  * this file's rank mode under `mpiexec -n <--np>`, both on the same sizes, and keeps each side's best round
  * per size. The rank mode times the mpi backend and, round by round in turn with it, the C program's own loop
@@ -259,6 +260,8 @@ interface Flags {
   /** The rank mode's C library (`bench/native/build/libmpi_allreduce.so`). */
   lib: string;
   out: string;
+  /** The dcomm backend measured: `"mpi"` or `"cpu"`. */
+  backend: "mpi" | "cpu";
 }
 
 function parseFlags(args: string[]): Flags {
@@ -275,14 +278,20 @@ function parseFlags(args: string[]): Flags {
       r: { type: "string", short: "r", default: "5" },
       trials: { type: "string", default: "3" },
       rank: { type: "boolean", default: false },
+      backend: { type: "string", default: "mpi" },
       lib: {
         type: "string",
         default: new URL("./native/build/libmpi_allreduce.so", import.meta.url).pathname,
       },
-      out: { type: "string", default: new URL("./results/collectives-mpi.json", import.meta.url).pathname },
+      out: { type: "string" },
     },
   });
+  if (values.backend !== "mpi" && values.backend !== "cpu") {
+    throw new RangeError(`Invalid --backend: expected mpi or cpu, found "${values.backend}"`);
+  }
+  const backend = values.backend;
   return {
+    backend,
     np: Number(values.np),
     trials: Number(values.trials),
     flags: [
@@ -296,7 +305,12 @@ function parseFlags(args: string[]): Flags {
     repeats: Number(values.r),
     rank: values.rank,
     lib: values.lib,
-    out: values.out,
+    out: values.out ??
+      new URL(
+        `./results/${backend === "mpi" ? "collectives-mpi" : "collectives-cpu-mpich"}.json`,
+        import.meta.url,
+      )
+        .pathname,
   };
 }
 
@@ -307,11 +321,15 @@ function parseFlags(args: string[]): Flags {
  */
 async function rankMain(flags: Flags): Promise<void> {
   const { init } = await import("../backend/init.ts");
-  const pg = await init({ backend: "mpi" });
-  // The library is linked against the MPI library the backend has loaded (the same soname): one MPI.
+  // The library is linked against the MPI library the mpi backend loads (the same soname): one MPI.
   const lib = Deno.dlopen(flags.lib, {
     dcomm_allreduce_loop: { parameters: ["buffer", "i32", "i64"], result: "f64" },
+    dcomm_mpi_init: { parameters: [], result: "i32" },
+    dcomm_mpi_finalize: { parameters: [], result: "void" },
   });
+  // cpu ranks: MPI for the C loop only; the rank and world size come from mpiexec's PMI_RANK/PMI_SIZE.
+  if (flags.backend === "cpu") lib.symbols.dcomm_mpi_init();
+  const pg = await init({ backend: flags.backend });
   const loop = (x: Float32Array, iters: number): number =>
     lib.symbols.dcomm_allreduce_loop(x, x.length, BigInt(iters));
   const results = await measureAllReduce(pg, flags.sizes, {
@@ -325,11 +343,12 @@ async function rankMain(flags: Flags): Promise<void> {
     }
   }
   await pg.close();
+  if (flags.backend === "cpu") lib.symbols.dcomm_mpi_finalize();
   lib.close();
 }
 
-async function run(cmd: string, args: string[]): Promise<string> {
-  const out = await new Deno.Command(cmd, { args, stdout: "piped", stderr: "piped" }).output();
+async function run(cmd: string, args: string[], env: Record<string, string> = {}): Promise<string> {
+  const out = await new Deno.Command(cmd, { args, env, stdout: "piped", stderr: "piped" }).output();
   const text = new TextDecoder().decode(out.stdout);
   if (!out.success) {
     throw new Error(
@@ -337,6 +356,13 @@ async function run(cmd: string, args: string[]): Promise<string> {
     );
   }
   return text;
+}
+
+function freePort(): number {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (listener.addr as Deno.NetAddr).port;
+  listener.close();
+  return port;
 }
 
 type Runner = CollectiveRow["runner"];
@@ -404,11 +430,15 @@ async function main(options: Flags): Promise<void> {
   const self = new URL(import.meta.url).pathname;
   for (let t = 0; t < trials; t++) {
     keepBest(best, samplesOf(await run("mpiexec", ["-n", String(np), exe, ...flags])));
+    // cpu ranks meet through their own store: rank 0 serves it on a port picked here.
+    const env: Record<string, string> = options.backend === "cpu"
+      ? { MASTER_ADDR: "127.0.0.1", MASTER_PORT: String(freePort()), DCOMM_STORE_SECRET: crypto.randomUUID() }
+      : {};
     const ranks = samplesOf(
       await run("mpiexec", [
         ...["-n", String(np), Deno.execPath(), "run", "-A", self],
-        ...["--rank", "--lib", options.lib, ...flags],
-      ]),
+        ...["--rank", "--backend", options.backend, "--lib", options.lib, ...flags],
+      ], env),
     );
     keepBest(best, ranks);
     addPairs(pairs, ranks);
@@ -421,7 +451,11 @@ async function main(options: Flags): Promise<void> {
     `# all-reduce, float32 sum in place, ${np} ranks, best of ${trials} runs × ${options.repeats} rounds`,
   );
   console.log(`# ${version.replace(/\s+/g, " ").trim()}`);
-  console.log("#   dcomm:   the mpi backend (MPI_Iallreduce + the poller), awaited call by call");
+  console.log(
+    options.backend === "mpi"
+      ? "#   dcomm:   the mpi backend (MPI_Iallreduce + the poller), awaited call by call"
+      : "#   dcomm:   the cpu backend (shared memory, the host segment), awaited call by call",
+  );
   console.log(
     "#   C here:  the C program's MPI_Allreduce loop (its shared library) in the dcomm ranks, in turn with dcomm",
   );
@@ -458,8 +492,8 @@ async function main(options: Flags): Promise<void> {
     );
     const common = {
       collective: "allReduce",
-      algorithm: "mpi",
-      transport: "mpi",
+      algorithm: options.backend === "mpi" ? "mpi" : "auto",
+      transport: options.backend === "mpi" ? "mpi" : "shm",
       ranks: np,
       dtype: "float32",
     };

@@ -361,14 +361,14 @@ export function segmentAllReducePlans(
 
 /**
  * The plan the segment all-reduce (and reduce) runs: the cheaper by {@linkcode segmentAllReducePlans},
- * one-shot on a tie and always for one or two members.
+ * one-shot on a tie and always for one member.
  *
  * @param shape The call.
  * @param constants The segment's constants.
  * @returns The plan's name.
  */
 export function segmentPlan(shape: CostShape, constants: CostConstants): SegmentPlanName {
-  if (shape.size <= 2) return "one-shot";
+  if (shape.size === 1) return "one-shot";
   const t = segmentAllReducePlans(shape, constants);
   return t["two-phase"] < t["one-shot"] ? "two-phase" : "one-shot";
 }

@@ -17,5 +17,5 @@ export const MEASURED_CONSTANTS: Readonly<Record<"tcp" | "shm" | "inproc" | "seg
       tcp: Object.freeze({ alpha: 4.497e-5, beta: 3.128e-10, gamma: 3.484e-10 }),
       shm: Object.freeze({ alpha: 1.315e-5, beta: 1.477e-10, gamma: 3.724e-10 }),
       inproc: Object.freeze({ alpha: 1.315e-5, beta: 1.477e-10, gamma: 3.724e-10 }),
-      segment: Object.freeze({ alpha: 2e-6, beta: 8e-11, gamma: 7e-11 }),
+      segment: Object.freeze({ alpha: 8e-6, beta: 4e-11, gamma: 1.2e-10 }),
     });

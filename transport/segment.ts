@@ -29,6 +29,7 @@ import { hasExited } from "./_liveness.ts";
 import {
   duplicateMapping,
   futexWait,
+  futexWaitSync,
   futexWake,
   munmap,
   type SharedMapping,
@@ -353,6 +354,28 @@ export class HostSegment {
       const bell = this.#bells[this.rank];
       if (bell === undefined) await new Promise((resolve) => setTimeout(resolve, 1));
       else await futexWait(bell, seen, ms);
+    } finally {
+      Atomics.store(w, W_SLEEPING, 0);
+    }
+  }
+
+  /**
+   * {@linkcode HostSegment.sleep} on the calling thread: a futex wait that blocks it (and its event loop)
+   * until a peer rings or `ms` pass. For a communication thread in the middle of a call, where a wake-up
+   * through a pool thread and the event loop would cost its own latency.
+   *
+   * @param ms The longest sleep.
+   * @param stillWaiting Whether to sleep at all.
+   */
+  sleepSync(ms: number, stillWaiting: () => boolean): void {
+    const w = this.#words[this.rank];
+    const seen = Atomics.load(w, W_BELL);
+    Atomics.store(w, W_SLEEPING, 1);
+    try {
+      if (!stillWaiting()) return;
+      const bell = this.#bells[this.rank];
+      if (bell === undefined) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+      else futexWaitSync(bell, seen, ms);
     } finally {
       Atomics.store(w, W_SLEEPING, 0);
     }

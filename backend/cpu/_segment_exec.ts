@@ -21,7 +21,7 @@ import {
   TransportError,
   UnsupportedError,
 } from "../../core/errors.ts";
-import { DEFAULT_SEGMENT_CONSTANTS, segmentPlan } from "../../sim/cost_model.ts";
+import { DEFAULT_SEGMENT_CONSTANTS, segmentPlan, type SegmentPlanName } from "../../sim/cost_model.ts";
 import { duplicateMapping, mapAnonymousAt, schedYield, type SharedMapping } from "../../ffi/libc/libc.ts";
 import {
   type HostSegment,
@@ -73,6 +73,24 @@ export interface SegmentCall {
 }
 
 /**
+ * `DCOMM_SEGMENT_PLAN=one-shot|two-phase` runs every segment all-reduce and reduce with that plan instead
+ * of the cost model's choice (for measuring one against the other; every rank must set the same).
+ */
+const FORCED_PLAN: SegmentPlanName | undefined = (() => {
+  let v: string | undefined;
+  try {
+    v = Deno.env.get("DCOMM_SEGMENT_PLAN");
+  } catch {
+    return undefined; // no --allow-env: the model decides
+  }
+  if (v === undefined || v === "") return undefined;
+  if (v !== "one-shot" && v !== "two-phase") {
+    throw new RangeError(`Invalid DCOMM_SEGMENT_PLAN: expected one-shot or two-phase, found "${v}"`);
+  }
+  return v;
+})();
+
+/**
  * The segment call of a request: the plan (one-shot or two-phase, as the cost model prices them, the same
  * on every rank) and the tensors' bytes as this thread reaches them.
  *
@@ -95,10 +113,10 @@ export function segmentCallOf(
     throw new TypeError(`${collective} has no segment algorithm: it is a message`);
   }
   const twoPhase = (collective === "allReduce" || collective === "reduce") &&
-    segmentPlan(
+    (FORCED_PLAN ?? segmentPlan(
         { size: members.length, bytes: op.count * dtypeSize(op.dtype), chunkBytes: layout.bufferBytes },
         DEFAULT_SEGMENT_CONSTANTS,
-      ) === "two-phase";
+      )) === "two-phase";
   return {
     group: op.group,
     members,
@@ -155,6 +173,10 @@ export function segmentUnavailable(collective: string, group: number, transport:
 const LOOK_EVERY = 64;
 /** How often a waiting rank checks that its peers are alive. */
 const LIVENESS_MS = 100;
+/** The longest sleep on the communication thread between looks at the deadline and the peers. */
+const SLEEP_SLICE_MS = 10;
+/** How long a call on the communication thread may keep its event loop blocked. */
+const YIELD_MS = 50;
 /** Bytes reduced at once into the scratch buffer before they are copied out (stays in L2). */
 const SCRATCH_BYTES = 64 * 1024;
 
@@ -258,7 +280,8 @@ export class SegmentRun {
       else if (now >= until) return false;
       const failure = this.peerFailure(false);
       if (failure) throw failure;
-      if (idle % (LOOK_EVERY * 16) === 0) schedYield();
+      // Polite: where ranks outnumber cores, the peer being waited for may need this one.
+      schedYield();
     }
     return true;
   }
@@ -278,6 +301,7 @@ export class SegmentRun {
   async drive(deadline: number, spinMs: number, timeoutMs: number): Promise<void> {
     const seg = this.#exec.segment;
     let lastLiveness = performance.now();
+    let lastYield = lastLiveness;
     while (!this.spin(spinMs)) {
       const now = performance.now();
       const liveness = now - lastLiveness >= LIVENESS_MS;
@@ -291,7 +315,15 @@ export class SegmentRun {
           `Timed out after ${timeoutMs} ms in ${this.#description} on rank ${seg.rank}${waiting}`,
         );
       }
-      await seg.sleep(Math.min(LIVENESS_MS, Math.max(1, deadline - now)), () => !this.#pipeline.progress());
+      const stillWaiting = (): boolean => !this.#pipeline.progress();
+      if (now - lastYield < YIELD_MS) {
+        // Asleep on this thread: a peer's ring wakes it within microseconds.
+        seg.sleepSync(Math.min(SLEEP_SLICE_MS, Math.max(0.01, deadline - now)), stillWaiting);
+      } else {
+        // Now and then through the event loop, so that cancels and the engine's messages get in.
+        lastYield = now;
+        await seg.sleep(1, stillWaiting);
+      }
     }
   }
 }

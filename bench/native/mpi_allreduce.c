@@ -26,6 +26,23 @@ double dcomm_allreduce_loop(float *x, int count, long iters) {
   return MPI_Wtime() - t0;
 }
 
+/* For ranks that are not MPI programs themselves (the cpu backend's, started by mpiexec for this
+ * comparison): initialises MPI once, funneled; returns the world size. */
+int dcomm_mpi_init(void) {
+  int initialized, provided, size;
+  MPI_Initialized(&initialized);
+  if (!initialized) MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size;
+}
+
+/* The end of what dcomm_mpi_init began. */
+void dcomm_mpi_finalize(void) {
+  int finalized;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
 #ifndef DCOMM_BENCH_LIBRARY
 /* The checked data: small integers, so the float32 sum is exact in any order (as in bench/mpi.ts). */
 static float value(int rank, size_t i) { return (float)((rank + 1) * (int)(i % 7 + 1)); }

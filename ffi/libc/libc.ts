@@ -54,13 +54,17 @@ export const LIBC_SYMBOLS = {
     result: "pointer",
   },
   mremap: {
-    // void *mremap(void *old_address, size_t old_size, size_t new_size, int flags, void *new_address);
-    // (variadic in C: new_address is read only with MREMAP_FIXED; passed as a fixed fifth argument)
+    // long syscall(long number, ...), called as syscall(SYS_mremap, void *old_address, size_t old_size,
+    // size_t new_size, int flags, void *new_address): the system call itself, not libc's mremap, which
+    // memory-registration libraries loaded into the process (MPICH's libfabric, UCX) patch with hooks
+    // that drop the variadic new_address.
+    name: "syscall",
     parameters: [
+      "i64", // long number (SYS_mremap)
       "pointer", // void *old_address
       "usize", // size_t old_size (0: a second mapping of the same pages of a MAP_SHARED mapping)
       "usize", // size_t new_size
-      "i32", // int flags (MREMAP_MAYMOVE | MREMAP_FIXED)
+      "i64", // int flags (MREMAP_MAYMOVE | MREMAP_FIXED)
       "pointer", // void *new_address
     ],
     result: "pointer",
@@ -133,6 +137,19 @@ export const LIBC_SYMBOLS = {
     ],
     result: "i64",
     nonblocking: true,
+  },
+  futex_wait_sync: {
+    // The same call as futex_wait, made on the calling thread: it blocks that thread (for a
+    // communication thread waiting on a peer, where a pool thread's wake-up would add its own latency).
+    name: "syscall",
+    parameters: [
+      "i64", // long number (SYS_futex)
+      "pointer", // uint32_t *uaddr
+      "i64", // int futex_op (FUTEX_WAIT)
+      "i64", // uint32_t val
+      "buffer", // const struct timespec *timeout
+    ],
+    result: "i64",
   },
   poll: {
     // int poll(struct pollfd *fds, nfds_t nfds, int timeout);
@@ -271,6 +288,14 @@ export function libc(): LibcSymbols {
     { tried: LIBRARY_PATHS },
   );
 }
+
+/**
+ * The mremap system call's number on this architecture, or `undefined` where the binding does not know
+ * it (then the host segment is not available).
+ */
+export const SYS_MREMAP: number | undefined = ({ x86_64: 25, aarch64: 216 } as Record<string, number>)[
+  Deno.build.arch
+];
 
 /** mmap flag: a mapping private to this process. */
 export const MAP_PRIVATE = 2;
@@ -455,6 +480,25 @@ export async function futexWait(
   await libc().futex_wait(BigInt(SYS_FUTEX), word, BigInt(FUTEX_WAIT), BigInt(expected), timeout);
 }
 
+const syncTimeout = new BigInt64Array(2);
+
+/**
+ * {@linkcode futexWait} on the calling thread: blocks it (its event loop too) while the word holds
+ * `expected`, for at most `timeoutMs`, or until {@linkcode futexWake}.
+ *
+ * @param word The word's address, in a shared mapping.
+ * @param expected The value the caller saw.
+ * @param timeoutMs The longest sleep.
+ * @throws {UnsupportedError} If the futex call number is unknown on this architecture.
+ */
+export function futexWaitSync(word: Deno.PointerObject, expected: number, timeoutMs: number): void {
+  if (SYS_FUTEX === undefined) throw new UnsupportedError(`Cannot use futex on ${Deno.build.arch}`);
+  const ns = Math.max(0, Math.floor(timeoutMs * 1e6));
+  syncTimeout[0] = BigInt(Math.floor(ns / 1e9));
+  syncTimeout[1] = BigInt(ns % 1e9);
+  libc().futex_wait_sync(BigInt(SYS_FUTEX), word, BigInt(FUTEX_WAIT), BigInt(expected), syncTimeout);
+}
+
 /**
  * Wakes threads (of any process) sleeping in {@linkcode futexWait} on `word`.
  *
@@ -503,8 +547,9 @@ export function duplicateMapping(
   bytes: number,
   at?: Deno.PointerObject,
 ): SharedMapping {
+  if (SYS_MREMAP === undefined) throw new UnsupportedError(`Cannot use mremap on ${Deno.build.arch}`);
   const flags = MREMAP_MAYMOVE | (at === undefined ? 0 : MREMAP_FIXED);
-  const dup = libc().mremap(pointer, 0n, BigInt(bytes), flags, at ?? null);
+  const dup = libc().mremap(BigInt(SYS_MREMAP), pointer, 0n, BigInt(bytes), BigInt(flags), at ?? null);
   if (mapFailed(dup)) throw new LibcError(`mremap(${bytes} bytes, duplicate)`, errno());
   const mapped = dup as Deno.PointerObject;
   return { pointer: mapped, bytes, buffer: Deno.UnsafePointerView.getArrayBuffer(mapped, bytes) };
