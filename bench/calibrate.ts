@@ -1,13 +1,15 @@
 /**
  * `deno task bench:calibrate`: measures the cost model's constants on this machine — α and β by a
  * two-rank ping-pong over each transport (least squares over message sizes), γ by the engine's float32 sum
- * through its wasm staging — and writes them to `sim/measured.ts`, which `"auto"` uses. The in-process
- * transport shares the shared-memory transport's ring code and takes its constants.
+ * through its wasm staging — and the host segment's by timing its all-reduce in both plans (one-shot and
+ * two-phase, least squares through their formulas), and writes them to `sim/measured.ts`, which `"auto"`
+ * and the segment's choice of plan use. The in-process transport shares the shared-memory transport's
+ * ring code and takes its constants.
  *
  * @module
  */
 import { launch } from "../cli/launch.ts";
-import { fitConstants } from "../sim/cost_model.ts";
+import { fitConstants, fitSegmentConstants, type SegmentSample } from "../sim/cost_model.ts";
 
 const rank = new URL("./_calibrate_rank.ts", import.meta.url).pathname;
 const results: Record<string, { alpha: number; beta: number; gamma: number }> = {};
@@ -39,6 +41,29 @@ for (const kind of ["tcp", "shm"]) {
   );
 }
 results.inproc = results.shm;
+const segmentSamples: SegmentSample[] = [];
+for (const plan of ["one-shot", "two-phase"]) {
+  const r = await launch({
+    nprocPerNode: 2,
+    command: [new URL("./_calibrate_segment_rank.ts", import.meta.url).pathname],
+    env: { DCOMM_SEGMENT_PLAN: plan, DCOMM_TRANSPORT: "shm" },
+    write: (l) => {
+      const m = /SEGMENT (.*)$/.exec(l);
+      if (m) segmentSamples.push(...JSON.parse(m[1]));
+      else console.log(l);
+    },
+  });
+  if (r.code !== 0) throw new Error(`calibration of the segment (${plan}) failed (exit ${r.code})`);
+}
+results.segment = fitSegmentConstants(segmentSamples);
+console.log(
+  `segment: α ${(results.segment.alpha * 1e6).toFixed(1)} µs, β ${
+    (1 / results.segment.beta / 1e9).toFixed(2)
+  } ` +
+    `GB/s copied, γ ${(1 / results.segment.gamma / 1e9).toFixed(2)} GB/s read by reductions  (samples: ${
+      segmentSamples.map((s) => `${s.plan} ${s.bytes} B ${(s.seconds * 1e6).toFixed(0)} µs`).join(", ")
+    })`,
+);
 const fmt = (c: { alpha: number; beta: number; gamma: number }): string =>
   `{ alpha: ${c.alpha.toExponential(3)}, beta: ${c.beta.toExponential(3)}, gamma: ${
     c.gamma.toExponential(3)
@@ -54,11 +79,16 @@ const source = `/**
  */
 import type { CostConstants } from "./cost_model.ts";
 
-/** Measured constants by transport (inproc shares the shm ring code and takes its constants). */
-export const MEASURED_CONSTANTS: Readonly<Record<"tcp" | "shm" | "inproc", CostConstants>> = Object.freeze({
+/**
+ * Measured constants by transport (inproc shares the shm ring code and takes its constants), and of the
+ * host segment's collectives.
+ */
+export const MEASURED_CONSTANTS: Readonly<Record<"tcp" | "shm" | "inproc" | "segment", CostConstants>> = Object
+  .freeze({
   tcp: Object.freeze(${fmt(results.tcp)}),
   shm: Object.freeze(${fmt(results.shm)}),
   inproc: Object.freeze(${fmt(results.inproc)}),
+  segment: Object.freeze(${fmt(results.segment)}),
 });
 `;
 const out = new URL("../sim/measured.ts", import.meta.url).pathname;

@@ -544,3 +544,96 @@ export function fitConstants(samples: readonly PingPongSample[]): { alpha: numbe
   }
   return { alpha: 0, beta: xy / xx };
 }
+
+/** One timed segment all-reduce, for {@linkcode fitSegmentConstants}. */
+export interface SegmentSample {
+  /** Which plan ran. */
+  readonly plan: SegmentPlanName;
+  /** Ranks. */
+  readonly size: number;
+  /** Bytes of the tensor. */
+  readonly bytes: number;
+  /** The segment's buffer size (the chunk). */
+  readonly chunkBytes: number;
+  /** Seconds per call. */
+  readonly seconds: number;
+}
+
+/**
+ * Least-squares fit of the segment's α, β and γ to timed all-reduces of both plans, through the formulas
+ * of {@linkcode segmentAllReducePlans} (linear in the three constants). A constant the fit would make
+ * negative (noise) is held at 0 and the others refitted.
+ *
+ * @param samples Timings of both plans over several sizes.
+ * @returns α, β and γ.
+ * @throws {RangeError} If the samples cannot determine the three constants.
+ *
+ * @example Constants recovered from their own predictions
+ * ```ts
+ * import { fitSegmentConstants, segmentAllReducePlans } from "./cost_model.ts";
+ * import assert from "node:assert/strict";
+ * const truth = { alpha: 5e-6, beta: 5e-11, gamma: 1e-10 };
+ * const samples = [4096, 1 << 20, 8 << 20].flatMap((bytes) => {
+ *   const t = segmentAllReducePlans({ size: 2, bytes, chunkBytes: 1 << 20 }, truth);
+ *   return (["one-shot", "two-phase"] as const).map((plan) => ({ plan, size: 2, bytes, chunkBytes: 1 << 20, seconds: t[plan] }));
+ * });
+ * const fit = fitSegmentConstants(samples);
+ * assert.ok(Math.abs(fit.gamma - truth.gamma) < 1e-15);
+ * ```
+ */
+export function fitSegmentConstants(samples: readonly SegmentSample[]): CostConstants {
+  const rows = samples.map((s) => {
+    const k = segmentChunks(s.bytes, s.chunkBytes);
+    const x = s.plan === "one-shot"
+      ? [k + 1, 2 * s.bytes, s.size * s.bytes]
+      : [2 * k + 1, 3 * s.bytes, s.bytes];
+    return { x, y: s.seconds };
+  });
+  let free = [0, 1, 2];
+  for (;;) {
+    const c = solveLeastSquares(rows.map((r) => free.map((j) => r.x[j])), rows.map((r) => r.y));
+    const full = [0, 0, 0];
+    free.forEach((j, i) => (full[j] = c[i]));
+    const negative = free.filter((j) => full[j] < 0);
+    if (negative.length === 0) return { alpha: full[0], beta: full[1], gamma: full[2] };
+    free = free.filter((j) => !negative.includes(j));
+    if (free.length === 0) return { alpha: 0, beta: 0, gamma: 0 };
+  }
+}
+
+/** The least-squares solution of `a·c ≈ y` by the normal equations (Gaussian elimination, pivoting). */
+function solveLeastSquares(a: readonly number[][], y: readonly number[]): number[] {
+  const m = a[0]?.length ?? 0;
+  // Columns scaled to unit size: bytes and counts differ by orders of magnitude.
+  const scale = Array.from(
+    { length: m },
+    (_, j) => Math.max(1e-300, Math.sqrt(a.reduce((s, r) => s + r[j] ** 2, 0))),
+  );
+  const n = Array.from(
+    { length: m },
+    (_, i) =>
+      Array.from(
+        { length: m + 1 },
+        (_, j) =>
+          j < m
+            ? a.reduce((s, r) => s + (r[i] / scale[i]) * (r[j] / scale[j]), 0)
+            : a.reduce((s, r, k) => s + (r[i] / scale[i]) * y[k], 0),
+      ),
+  );
+  for (let col = 0; col < m; col++) {
+    let pivot = col;
+    for (let r = col + 1; r < m; r++) if (Math.abs(n[r][col]) > Math.abs(n[pivot][col])) pivot = r;
+    if (!(Math.abs(n[pivot][col]) > 1e-12)) {
+      throw new RangeError(
+        `Cannot fit the segment's constants: expected samples of both plans at several sizes`,
+      );
+    }
+    [n[col], n[pivot]] = [n[pivot], n[col]];
+    for (let r = 0; r < m; r++) {
+      if (r === col) continue;
+      const f = n[r][col] / n[col][col];
+      for (let j = col; j <= m; j++) n[r][j] -= f * n[col][j];
+    }
+  }
+  return n.map((row, i) => row[m] / row[i] / scale[i]);
+}

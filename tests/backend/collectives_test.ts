@@ -59,11 +59,18 @@ async function launched(
 // product at every size).
 const PROCESS_CASES: readonly (readonly [string, number, string])[] = [
   ...[1, 2, 3, 4, 5, 8].map((n) => ["tcp", n, n === 3 ? "sweep,big" : ""] as const),
-  ...[1, 2, 3, 4, 5, 8].map((n) => ["shm", n, n === 2 ? "big" : n === 3 ? "sweep" : ""] as const),
+  ...[1, 2, 3, 4, 5, 8].map((n) => ["shm", n, n === 2 || n === 4 ? "big" : n === 3 ? "sweep,big" : ""] as const),
 ];
+/** dcomm's objects in /dev/shm (inboxes with their segment areas). */
+function shmObjects(): string[] {
+  return [...Deno.readDirSync("/dev/shm")].map((e) => e.name).filter((n) => n.startsWith("dcomm-")).sort();
+}
+
 for (const [transport, size, profile] of PROCESS_CASES) {
   Deno.test(`CPU backend runs every collective on ${size} processes over ${transport} (${profile || "base"})`, async () => {
+    const before = shmObjects();
     const results = await launched(size, transport, profile);
+    assert.deepEqual(shmObjects(), before, "a run left objects in /dev/shm");
     checkResults(results, size);
     // Over shared memory "auto" runs through the host segment; elsewhere it never can.
     const segmentCalls = results[0].algorithms["segment"] ?? 0;

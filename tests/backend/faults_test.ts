@@ -73,8 +73,14 @@ function failure(rank: Rank): { name: string; ms: number; message: string } | un
   return m ? { name: m[1], ms: Number(m[2]), message: m[3] } : undefined;
 }
 
+/** dcomm's objects in /dev/shm (inboxes with their segment areas). */
+function shmObjects(): string[] {
+  return [...Deno.readDirSync("/dev/shm")].map((e) => e.name).filter((n) => n.startsWith("dcomm-")).sort();
+}
+
 for (const [transport, size] of [["tcp", "16 MiB"], ["shm", "16 MiB"], ["shm", "1 KiB"]]) {
   Deno.test(`a rank killed mid-collective makes every other rank fail within seconds (${transport}, ${size})`, async () => {
+    const before = shmObjects();
     const ranks = await start(4, ["loop", size === "1 KiB" ? "small" : "big"], {
       DCOMM_TRANSPORT: transport,
     });
@@ -95,6 +101,8 @@ for (const [transport, size] of [["tcp", "16 MiB"], ["shm", "16 MiB"], ["shm", "
       assert.match(f.message, /[Rr]ank 2\b/, `the error does not name the dead rank:\n${all}`);
     }
     await ranks[2].done;
+    // The killed rank and the failed ones leave nothing behind in /dev/shm.
+    assert.deepEqual(shmObjects(), before);
   });
 }
 
