@@ -71,15 +71,14 @@ export function checkBlocks(
 
 /**
  * Checks the ranks of a new sub-group of a group of `size` ranks and returns them sorted (a sub-group's
- * ranks are numbered in the parent's order, as torch.distributed's `new_group` does).
+ * ranks are numbered in the parent's order, as torch.distributed's `new_group` does: it sorts them too).
  *
  * @throws {RangeError} If the list is empty, holds a rank out of range, or lists a rank twice.
  */
 export function checkGroupRanks(ranks: readonly number[], size: number): number[] {
+  const shown = Array.isArray(ranks) ? `[${ranks.join(", ")}]` : String(ranks);
   if (!Array.isArray(ranks) || ranks.length === 0) {
-    throw new RangeError(
-      `Cannot create a group: expected a non-empty array of ranks, found ${String(ranks)}`,
-    );
+    throw new RangeError(`Cannot create a group: expected a non-empty array of ranks, found ${shown}`);
   }
   const sorted = [...ranks].sort((a, b) => a - b);
   for (let i = 0; i < sorted.length; i++) {
@@ -88,7 +87,9 @@ export function checkGroupRanks(ranks: readonly number[], size: number): number[
       throw new RangeError(`Cannot create a group: ranks must be integers in 0..${size - 1}, found ${r}`);
     }
     if (i > 0 && sorted[i - 1] === r) {
-      throw new RangeError(`Cannot create a group: rank ${r} is listed twice`);
+      throw new RangeError(
+        `Cannot create a group: expected each rank once, found rank ${r} twice in ${shown}`,
+      );
     }
   }
   return sorted;

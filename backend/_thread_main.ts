@@ -4,6 +4,7 @@
  * @module
  */
 /// <reference lib="deno.worker" />
+import { toWire } from "../core/_wire_error.ts";
 import { init } from "./init.ts";
 import type { ThreadReply, ThreadStart } from "./_thread_protocol.ts";
 
@@ -33,7 +34,23 @@ self.onmessage = async (event: MessageEvent<ThreadStart>): Promise<void> => {
       await pg.close();
     }
   } catch (e) {
-    reply = { ok: false, name: (e as Error)?.name ?? "Error", message: (e as Error)?.message ?? String(e) };
+    reply = { ok: false, error: toWire(e) };
   }
-  self.postMessage(reply);
+  try {
+    self.postMessage(reply);
+  } catch (e) {
+    // main's value does not clone (a function, a class instance holding one): say so instead of crashing.
+    self.postMessage(
+      {
+        ok: false,
+        error: toWire(
+          new TypeError(
+            `${start.module}'s main must return a structured-cloneable value, found one that does not clone: ` +
+              `${(e as Error)?.message ?? e}`,
+            { cause: e },
+          ),
+        ),
+      } satisfies ThreadReply,
+    );
+  }
 };

@@ -3,6 +3,7 @@
  *
  * @module
  */
+import type { WireError } from "../core/_wire_error.ts";
 
 /** How a rank thread starts. */
 export interface ThreadStart {
@@ -26,5 +27,8 @@ export interface ThreadStart {
   init: Record<string, unknown>;
 }
 
-/** How a rank thread ended. */
-export type ThreadReply = { ok: true; value: unknown } | { ok: false; name: string; message: string };
+/**
+ * How a rank thread ended: `main`'s value, or what it threw as a {@linkcode WireError} (class, code,
+ * cause and fields survive the trip; `fromWire` rebuilds it).
+ */
+export type ThreadReply = { ok: true; value: unknown } | { ok: false; error: WireError };

@@ -27,11 +27,13 @@
  * Buffers: MPI reads and writes the TypedArray's own memory, no copy; the group holds the array until MPI
  * is done with it. Do not transfer or resize it meanwhile (resizable ArrayBuffers are refused).
  *
- * Launch the deno binary itself under mpiexec (not `npx deno`: npx's node parent leaves MPICH's PMI socket
- * non-blocking and `MPI_Init` fails):
+ * Launch the deno binary itself under mpiexec, not `npx deno`: npx runs deno from a node process that does
+ * not pass on the PMI socket mpiexec opened for each rank (`PMI_FD`), so MPICH's `MPI_Init` would talk to
+ * whatever deno opened under that number and die ("PMI_Get_appnum returned -1"). The backend checks the
+ * descriptor before `MPI_Init` and throws a DistError that says what to run instead:
  *
  * ```sh
- * mpiexec -n 4 "$(npx -y deno eval 'console.log(Deno.execPath())')" run -A train.ts
+ * mpiexec -n 4 "$(npx -y deno@2.9.6 eval 'console.log(Deno.execPath())')" run -A train.ts
  * ```
  *
  * @example All-reduce under mpiexec

@@ -127,7 +127,15 @@ export interface ProcessGroup extends AsyncDisposable {
    * relative to its other `newGroup` calls; ranks outside `ranks` get a group whose `rank` is -1 and whose
    * collectives throw.
    *
-   * @param ranks The members, as ranks of this group.
+   * The members are numbered in this group's order whatever the order of `ranks`, as torch.distributed's
+   * `new_group` numbers them (it sorts the list too): on the world group `newGroup([2, 1])` is the same
+   * group as `newGroup([1, 2])`, whose rank 0 is global rank 1 and whose `ranks` are `[1, 2]`. The result's
+   * `ranks` (global ranks, in group order) say which member is which.
+   *
+   * @param ranks The members, as ranks of this group, each once, in any order.
+   * @param options The sub-group's default timeout.
+   * @returns The sub-group; on a rank outside `ranks`, a group whose `rank` is -1.
+   * @throws {RangeError} If `ranks` is empty, holds a rank outside 0..size-1, or lists a rank twice.
    */
   newGroup(ranks: readonly number[], options?: GroupOptions): Promise<ProcessGroup>;
   /** Closes the group (for the world group: the whole backend). */

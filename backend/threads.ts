@@ -17,6 +17,7 @@
  *
  * @module
  */
+import { fromWire } from "../core/_wire_error.ts";
 import { DistError } from "../core/errors.ts";
 import { generateSecret } from "../store/secret.ts";
 import { TcpStoreServer } from "../store/tcp_store_server.ts";
@@ -49,7 +50,10 @@ export interface SpawnThreadsOptions {
  * @param module The module's URL.
  * @param options The world's size and what each rank gets.
  * @returns Each rank's return value, by rank.
- * @throws {DistError} The first rank's failure, once every rank has ended.
+ * @throws {DistError | TypeError | RangeError | Error} Once every rank has ended, what the lowest rank that
+ *   failed threw, as it threw it: the same class (a `MismatchError` is `instanceof MismatchError`, a
+ *   `TypeError` a `TypeError`), code, fields and cause, its message prefixed with `Rank N failed: `.
+ * @throws {DistError} If a rank's thread crashed outside `main` (`Rank N crashed: ...`).
  */
 export async function spawnThreads(module: URL | string, options: SpawnThreadsOptions): Promise<unknown[]> {
   const { worldSize } = options;
@@ -68,11 +72,7 @@ export async function spawnThreads(module: URL | string, options: SpawnThreadsOp
     worker.onmessage = (event: MessageEvent<ThreadReply>): void => {
       const reply = event.data;
       if (reply.ok) done.resolve(reply.value);
-      else {
-        const error = new DistError(`Rank ${rank} failed: ${reply.message}`);
-        Object.defineProperty(error, "name", { value: reply.name });
-        done.reject(error);
-      }
+      else done.reject(prefixed(fromWire(reply.error), `Rank ${rank} failed: `));
     };
     worker.onerror = (event: ErrorEvent): void => {
       event.preventDefault();
@@ -95,4 +95,20 @@ export async function spawnThreads(module: URL | string, options: SpawnThreadsOp
   const failure = results.find((r) => r.status === "rejected");
   if (failure) throw (failure as PromiseRejectedResult).reason;
   return results.map((r) => (r as PromiseFulfilledResult<unknown>).value);
+}
+
+// The rank's error with `prefix` before its message, in `stack`'s first line too (the stack is the rank
+// thread's own, which says where it was thrown).
+function prefixed(error: Error, prefix: string): Error {
+  const head = `${error.name}: ${error.message}`;
+  const stack = error.stack;
+  // A data property of its own: a DOMException's message is a getter on its prototype.
+  const set = (key: string, value: string): void => {
+    Object.defineProperty(error, key, { value, writable: true, enumerable: false, configurable: true });
+  };
+  set("message", prefix + error.message);
+  if (typeof stack === "string" && stack.startsWith(head)) {
+    set("stack", `${error.name}: ${error.message}${stack.slice(head.length)}`);
+  }
+  return error;
 }

@@ -19,8 +19,9 @@
  * @module
  */
 import { parseArgs } from "node:util";
+import { LibraryNotFoundError } from "../core/errors.ts";
 import { DeviceAttr } from "../ffi/cudart/constants.ts";
-import { deviceAttribute } from "../ffi/cudart/cudart.ts";
+import { cudartPath, deviceAttribute } from "../ffi/cudart/cudart.ts";
 import { type FeatureGate, type FeatureSupport, featureTable } from "../ffi/nccl/features.ts";
 import { nccl } from "../ffi/nccl/nccl.ts";
 import { type CudaStatus, cudaStatus, type DeviceInfo, deviceInfo } from "../gpu/device.ts";
@@ -42,8 +43,13 @@ export interface LibraryReport {
   readonly path?: string;
   /** Its version, as the library says it. */
   readonly version?: string;
-  /** Why it is missing or unusable. */
+  /**
+   * Why it is missing or unusable. For a library that was not found this is the locator's whole message:
+   * the first line, every path tried (one per line) and the fix.
+   */
   readonly problem?: string;
+  /** Every path tried, in order, when the library was not found. */
+  readonly tried?: readonly string[];
 }
 
 /** One GPU as doctor reports it. */
@@ -111,6 +117,15 @@ export const TUNING_VARIABLES: readonly string[] = [
 
 function message(e: unknown): string {
   return (e instanceof Error ? e.message : String(e)).split("\n")[0];
+}
+
+// A library that was not found: the locator's message has the paths tried after its first line, so
+// cutting it there printed "Cannot find NCCL (libnccl). Tried:" and nothing after.
+function missingLibrary(name: string, e: unknown): LibraryReport {
+  if (e instanceof LibraryNotFoundError) {
+    return { name, found: false, problem: e.message, tried: e.tried };
+  }
+  return { name, found: false, problem: message(e) };
 }
 
 function readText(path: string): string | undefined {
@@ -206,7 +221,7 @@ async function probeMpi(): Promise<LibraryReport> {
       version: lib.version.split("\n")[0].replace(/\s+/g, " ").trim(),
     };
   } catch (e) {
-    return { name: "MPI", found: false, problem: message(e) };
+    return missingLibrary("MPI", e);
   }
 }
 
@@ -236,11 +251,7 @@ async function probeRdma(): Promise<{ library: LibraryReport; devices: string[];
       version: core ? `rdma-core ${core} (libibverbs ${v})` : v,
     };
   } catch (e) {
-    return {
-      library: { name: "libibverbs", found: false, problem: message(e) },
-      devices: [],
-      problem: message(e),
-    };
+    return { library: missingLibrary("libibverbs", e), devices: [], problem: message(e) };
   }
   try {
     return { library, devices: listDevices().map((d) => d.name) };
@@ -319,7 +330,7 @@ export async function doctor(): Promise<DoctorReport> {
     });
     ncclFeatures = featureTable(lib.version, lib.symbols);
   } catch (e) {
-    libraries.push({ name: "NCCL", found: false, problem: message(e) });
+    libraries.push(missingLibrary("NCCL", e));
   }
   const cuda = cudaStatus();
   libraries.push(
@@ -330,7 +341,7 @@ export async function doctor(): Promise<DoctorReport> {
         path: resolveLibraryFile(cuda.path),
         version: `${cuda.runtimeVersion} (driver: ${cuda.driverVersion})`,
       }
-      : { name: "CUDA runtime", found: false, problem: cuda.reason },
+      : cudartMissing(cuda.reason),
   );
   const rdma = await probeRdma();
   libraries.push(rdma.library);
@@ -388,12 +399,15 @@ export async function doctor(): Promise<DoctorReport> {
   } else dmaBuf.push("GPU: none usable");
 
   const ncclMissing = ncclBackendMissing();
+  const ncclLib = libraries.find((l) => l.name === "NCCL") as LibraryReport;
   const backends = {
     cpu: await probeCpu(),
-    nccl: ncclMissing === undefined ? { ok: true } : { ok: false, reason: ncclMissing },
+    nccl: ncclMissing === undefined
+      ? { ok: true }
+      : { ok: false, reason: ncclLib.tried ? notFound(ncclLib) : ncclMissing },
     mpi: mpiLib.found
       ? { ok: true, reason: "launch the ranks with the library's mpiexec" }
-      : { ok: false, reason: mpiLib.problem },
+      : { ok: false, reason: mpiLib.tried ? notFound(mpiLib) : mpiLib.problem },
   };
   return {
     deno: {
@@ -410,6 +424,24 @@ export async function doctor(): Promise<DoctorReport> {
     env: environment(),
     backends,
   };
+}
+
+// cudaStatus() keeps only the first line of why libcudart did not open; the locator, asked again, says
+// every path it tried.
+function cudartMissing(reason: string | undefined): LibraryReport {
+  try {
+    cudartPath();
+  } catch (e) {
+    if (e instanceof LibraryNotFoundError) return missingLibrary("CUDA runtime", e);
+  }
+  return { name: "CUDA runtime", found: false, problem: reason };
+}
+
+// A backend's reason when its library is missing: the paths tried are listed once, under Libraries.
+function notFound(lib: LibraryReport): string {
+  const first = (lib.problem ?? "").split("\n")[0].replace(/\.? Tried:$/, "");
+  const n = lib.tried?.length ?? 0;
+  return `${first} (${n} path${n === 1 ? "" : "s"} tried, listed under Libraries)`;
 }
 
 function exists(path: string): boolean {
@@ -442,10 +474,14 @@ export function formatDoctor(report: DoctorReport): string {
   kv("target", report.deno.target);
   out.push("", "Libraries");
   for (const lib of report.libraries) {
-    kv(
-      lib.name,
-      lib.found ? `${lib.version ?? "version unknown"}  ${lib.path}` : `not usable: ${lib.problem}`,
-    );
+    if (lib.found) kv(lib.name, `${lib.version ?? "version unknown"}  ${lib.path}`);
+    else {
+      // The locator's message is several lines (every path tried, then the fix): keep them all, indented
+      // under the value column.
+      const [first, ...rest] = (lib.problem ?? "").split("\n");
+      kv(lib.name, `not usable: ${first}`);
+      for (const line of rest) out.push(`${" ".repeat(25)}${line.trim()}`);
+    }
   }
   out.push("", "GPUs");
   if (!report.cuda.available) kv("none usable", report.cuda.reason ?? "");

@@ -4,7 +4,12 @@
  * `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `GROUP_RANK`, `MASTER_ADDR`, `MASTER_PORT` and
  * the store's secret in its environment, and prefixes every line a rank prints with `[rankN]:`. If a rank
  * exits non-zero, the launcher stops the others, prints which rank failed, its exit code and its last
- * lines, and exits non-zero itself.
+ * lines, and exits non-zero itself. On SIGTERM or SIGINT it forwards the signal to every rank (SIGKILL
+ * after a grace period, or at once on a second signal), says it was stopped by that signal, and exits with
+ * 128 + the signal's number (143, 130), whatever the ranks' own codes. Its output carries no ANSI colour
+ * codes unless stdout and stderr are terminals and `NO_COLOR` is unset: the ranks then get `NO_COLOR=1`
+ * (Deno colours its uncaught-error reports even into a pipe), and escape sequences left in their lines
+ * are removed.
  *
  * ```sh
  * deno run -A jsr:@dcomm/dcomm/launch --nproc-per-node 4 train.ts --epochs 3
@@ -50,7 +55,19 @@ export interface LaunchOptions {
   graceMs?: number;
   /** Where prefixed lines go. @default writes to stdout / stderr */
   write?: (line: string, stream: "stdout" | "stderr") => void;
+  /**
+   * Whether lines may keep ANSI escape sequences. When false the ranks get `NO_COLOR=1` (unless
+   * {@linkcode LaunchOptions.env} sets it) and escape sequences are removed from their lines.
+   * @default {@linkcode colorEnabled}()
+   */
+  color?: boolean;
 }
+
+/** The signals the launcher forwards to its ranks. */
+export type LaunchSignal = "SIGINT" | "SIGTERM";
+
+/** The number of each forwarded signal (the same on Linux and macOS), for the exit code 128 + n. */
+export const SIGNAL_NUMBERS: Readonly<Record<LaunchSignal, number>> = { SIGINT: 2, SIGTERM: 15 };
 
 /** How one rank ended. */
 export interface RankExit {
@@ -70,8 +87,44 @@ export interface RankExit {
 export interface LaunchResult {
   /** Every rank of this node. */
   ranks: RankExit[];
-  /** The launcher's exit code: 0 if every rank exited 0, else the first failing rank's code. */
+  /**
+   * The launcher's exit code: 128 + the signal's number if it was stopped by a signal, else 0 if every
+   * rank exited 0, else the first failing rank's code.
+   */
   code: number;
+  /** The signal that stopped the launcher (forwarded to every rank), if one did. */
+  signal?: LaunchSignal;
+}
+
+/**
+ * Whether the launcher's output may be coloured: `NO_COLOR` is unset (or empty) and both stdout and
+ * stderr are terminals.
+ *
+ * @returns Whether to keep ANSI escape sequences.
+ */
+export function colorEnabled(): boolean {
+  let noColor: string | undefined;
+  try {
+    noColor = Deno.env.get("NO_COLOR");
+  } catch {
+    noColor = undefined; // No --allow-env: only the terminals decide.
+  }
+  if (noColor) return false;
+  return Deno.stdout.isTerminal() && Deno.stderr.isTerminal();
+}
+
+// CSI sequences (colours, cursor moves) and OSC sequences (titles, links), as terminals parse them.
+// deno-lint-ignore no-control-regex
+const ANSI_ESCAPE = /\x1b\[[0-?]*[ -\/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]/g;
+
+/**
+ * A line without its ANSI escape sequences.
+ *
+ * @param line The text.
+ * @returns The text with every CSI, OSC and two-byte escape sequence removed.
+ */
+export function stripAnsi(line: string): string {
+  return line.replace(ANSI_ESCAPE, "");
 }
 
 const encoder = new TextEncoder();
@@ -123,7 +176,11 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
   const masterAddr = options.masterAddr ?? "127.0.0.1";
   let masterPort = checkInt("--master-port", options.masterPort ?? (nnodes === 1 ? 0 : 29500), 0);
   const worldSize = nnodes * nproc;
-  const write = options.write ?? defaultWrite;
+  const rawWrite = options.write ?? defaultWrite;
+  const color = options.color ?? colorEnabled();
+  const write = color ? rawWrite : (line: string, stream: "stdout" | "stderr"): void => {
+    rawWrite(stripAnsi(line), stream);
+  };
   const tailLines = options.tailLines ?? 20;
   const inherited = Deno.env.get(STORE_SECRET_ENV);
   if (nnodes > 1 && !inherited) {
@@ -157,28 +214,35 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
   const exits: RankExit[] = [];
   let failed: RankExit | undefined;
   let stopping = false;
+  let stoppedBy: LaunchSignal | undefined;
   const allDone = Promise.withResolvers<void>();
 
-  const stopAll = (): void => {
-    if (stopping) return;
-    stopping = true;
+  const killAll = (signal: Deno.Signal): void => {
     for (const c of children) {
       try {
-        c.child.kill("SIGTERM");
+        c.child.kill(signal);
       } catch { /* already gone */ }
     }
-    const timer = setTimeout(() => {
-      for (const c of children) {
-        try {
-          c.child.kill("SIGKILL");
-        } catch { /* already gone */ }
-      }
-    }, options.graceMs ?? 5000);
+  };
+  const stopAll = (signal: LaunchSignal = "SIGTERM"): void => {
+    if (stopping) return;
+    stopping = true;
+    killAll(signal);
+    const timer = setTimeout(() => killAll("SIGKILL"), options.graceMs ?? 5000);
     Deno.unrefTimer(timer);
   };
-  const onSignal = (): void => stopAll();
-  const signals: Deno.Signal[] = ["SIGINT", "SIGTERM"];
-  for (const s of signals) Deno.addSignalListener(s, onSignal);
+  const signals: LaunchSignal[] = ["SIGINT", "SIGTERM"];
+  const listeners = signals.map((signal) => ({
+    signal,
+    listener: (): void => {
+      // A second signal (Ctrl-C again) does not wait for the grace period.
+      if (stopping) return killAll("SIGKILL");
+      stoppedBy = signal;
+      write(`[launcher]: received ${signal}, forwarding it to ${children.length} ranks`, "stderr");
+      stopAll(signal);
+    },
+  }));
+  for (const { signal, listener } of listeners) Deno.addSignalListener(signal, listener);
 
   try {
     for (let local = 0; local < nproc; local++) {
@@ -196,6 +260,7 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
         [STORE_SECRET_ENV]: secret,
         ...(hostStore ? { DCOMM_STORE_HOSTED: "1" } : {}),
       };
+      if (!color && options.env?.NO_COLOR === undefined) env.NO_COLOR = "1";
       const [cmd, ...rest] = options.noDeno
         ? options.command
         : [Deno.execPath(), "run", ...(options.denoArgs ?? ["-A"]), ...options.command];
@@ -238,26 +303,32 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
     }
     await allDone.promise;
   } finally {
-    for (const s of signals) Deno.removeSignalListener(s, onSignal);
+    for (const { signal, listener } of listeners) Deno.removeSignalListener(signal, listener);
     await server?.[Symbol.asyncDispose]();
   }
   exits.sort((a, b) => a.rank - b.rank);
+  if (stoppedBy) return { ranks: exits, code: 128 + SIGNAL_NUMBERS[stoppedBy], signal: stoppedBy };
   const firstFailure = failed ?? exits.find((e) => e.code !== 0);
   return { ranks: exits, code: firstFailure ? (firstFailure.code || 1) : 0 };
 }
 
+/** Options of {@linkcode summarize}. */
+export interface SummarizeOptions {
+  /** Keep ANSI escape sequences found in the ranks' last lines. @default false */
+  color?: boolean;
+}
+
 /**
- * The failure summary the launcher prints: which rank failed first, how, and its last lines, then how the
- * other ranks ended.
+ * The summary the launcher prints when it exits non-zero: the signal that stopped it, or which rank
+ * failed first, how, and its last lines; then how every rank ended.
+ *
+ * @param result What {@linkcode launch} returned.
+ * @param options Whether to keep colours.
+ * @returns The text, several lines.
  */
-export function summarize(result: LaunchResult): string {
-  const first = result.ranks.find((r) => r.code !== 0 && !r.stopped);
-  if (!first) return `All ${result.ranks.length} ranks exited with code 0`;
-  const how = first.signal ? `was killed by ${first.signal}` : `exited with code ${first.code}`;
-  const lines = [
-    `Rank ${first.rank} ${how}; the launcher stopped the other ranks.`,
-    `Last lines of rank ${first.rank}:`,
-    ...first.tail.map((l) => `  | ${l}`),
+export function summarize(result: LaunchResult, options: SummarizeOptions = {}): string {
+  const plain = options.color ? (l: string): string => l : stripAnsi;
+  const ranks = [
     "Ranks:",
     ...result.ranks.map((r) =>
       `  rank ${r.rank}: ${r.signal ? `signal ${r.signal}` : `exit ${r.code}`}${
@@ -265,7 +336,27 @@ export function summarize(result: LaunchResult): string {
       }`
     ),
   ];
-  return lines.join("\n");
+  if (result.signal) {
+    return [
+      `Stopped by ${result.signal}: the launcher forwarded it to its ${result.ranks.length} ranks and ` +
+      `exits with code ${result.code} (128 + ${SIGNAL_NUMBERS[result.signal]}).`,
+      ...ranks,
+    ].join("\n");
+  }
+  const first = result.ranks.find((r) => r.code !== 0 && !r.stopped);
+  if (!first) {
+    const bad = result.ranks.filter((r) => r.code !== 0).length;
+    return bad === 0
+      ? `All ${result.ranks.length} ranks exited with code 0`
+      : [`${bad} of ${result.ranks.length} ranks exited non-zero while being stopped.`, ...ranks].join("\n");
+  }
+  const how = first.signal ? `was killed by ${first.signal}` : `exited with code ${first.code}`;
+  return [
+    `Rank ${first.rank} ${how}; the launcher stopped the other ranks.`,
+    `Last lines of rank ${first.rank}:`,
+    ...first.tail.map((l) => `  | ${plain(l)}`),
+    ...ranks,
+  ].join("\n");
 }
 
 const USAGE = `Usage: deno run -A jsr:@dcomm/dcomm/launch [options] script.ts [script args]
@@ -318,6 +409,7 @@ if (import.meta.main) {
     Deno.exit(values.help ? 0 : 2);
   }
   try {
+    const color = colorEnabled();
     const result = await launch({
       nprocPerNode: Number(values["nproc-per-node"]),
       nnodes: Number(values.nnodes),
@@ -327,8 +419,9 @@ if (import.meta.main) {
       denoArgs: values["deno-args"]?.split(/\s+/).filter(Boolean),
       noDeno: values["no-deno"],
       command: args.slice(split),
+      color,
     });
-    if (result.code !== 0) console.error(summarize(result));
+    if (result.code !== 0) console.error(summarize(result, { color }));
     Deno.exit(result.code);
   } catch (e) {
     console.error(`launch: ${(e as Error).message}`);

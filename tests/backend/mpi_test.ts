@@ -11,6 +11,7 @@ import assert from "node:assert/strict";
 import { init } from "../../backend/init.ts";
 import type { DType } from "../../core/dtype.ts";
 import { UnsupportedError } from "../../core/errors.ts";
+import { type FdInfo, inspectFd, pmiSocketProblem } from "../../backend/mpi/_runtime.ts";
 import { gatedTest, hasCommand } from "../_util/skip.ts";
 import type { MpiRankResult } from "./_fixtures/mpi_rank.ts";
 
@@ -248,4 +249,77 @@ Deno.test('init({ backend: "mpi" }) refuses the cpu backend\'s rendezvous and tr
   // Thrown before MPI is opened or initialised: this test process never calls MPI_Init.
   await assert.rejects(() => init({ backend: "mpi", transport: "tcp" }), UnsupportedError);
   await assert.rejects(() => init({ backend: "mpi", initMethod: "tcp://127.0.0.1:1" }), UnsupportedError);
+});
+
+// npx runs deno from a node process that does not pass the PMI socket on: deno's own files and sockets
+// then sit at the number PMI_FD names, and MPICH died inside MPI_Init ("PMI_Get_appnum returned -1").
+gatedTest(
+  'init({ backend: "mpi" }) under mpiexec -n 3 npx deno refuses before MPI_Init and says what to run',
+  { missing: whyNoMpi() ?? (hasCommand("npx") ? undefined : "npx not found"), ciCanSatisfy: true },
+  async () => {
+    const out = await new Deno.Command("mpiexec", {
+      args: ["-n", "3", "npx", "-y", `deno@${Deno.version.deno}`, "run", "-A", FIXTURE, "args"],
+      env: rankEnv({ NO_COLOR: "1" }),
+      clearEnv: true,
+      stdout: "piped",
+      stderr: "piped",
+      signal: AbortSignal.timeout(120_000),
+    }).output();
+    const stderr = new TextDecoder().decode(out.stderr);
+    assert.notEqual(out.code, 0, `expected the job to fail, found exit code 0:\n${stderr.slice(-3000)}`);
+    assert.doesNotMatch(stderr, /Fatal error in internal_Init_thread|MPIR_pmi_init/, stderr.slice(-3000));
+    const refusals = stderr.match(/DistError: Cannot initialise MPI: PMI_FD=\d+ should name the socket/g) ??
+      [];
+    assert.ok(refusals.length >= 1, `expected the PMI_FD refusal, found:\n${stderr.slice(-3000)}`);
+    assert.ok(
+      stderr.includes(
+        `mpiexec -n 3 "$(npx -y deno@${Deno.version.deno} eval 'console.log(Deno.execPath())')" run -A `,
+      ),
+      `expected the command to run instead, found:\n${stderr.slice(-3000)}`,
+    );
+  },
+);
+
+Deno.test("pmiSocketProblem() accepts only an inherited blocking socket at PMI_FD", () => {
+  const at = (info: FdInfo | null | undefined) => (fd: number): FdInfo | null | undefined => {
+    assert.equal(fd, 8);
+    return info;
+  };
+  const env = { PMI_FD: "8", PMI_SIZE: "3" };
+  // What mpiexec passes to deno run directly: a socket, blocking, not close-on-exec.
+  assert.equal(pmiSocketProblem(env, at({ target: "socket:[1]", flags: 0o2 })), undefined);
+  assert.equal(pmiSocketProblem({}, at(null)), undefined);
+  assert.equal(pmiSocketProblem(env, at(undefined)), undefined, "unknowable (no /proc): no verdict");
+  const cases: [FdInfo | null, RegExp][] = [
+    [null, /found fd 8 is not open in this process/],
+    [
+      { target: "socket:[2]", flags: 0o2004002 },
+      /found fd 8 is socket:\[2\], which this process opened itself/,
+    ],
+    [{ target: "/root/.cache/deno/x", flags: 0o2500002 }, /found fd 8 is \/root\/\.cache\/deno\/x, which/],
+    [{ target: "/tmp/f", flags: 0o2 }, /found fd 8 is \/tmp\/f, not a socket/],
+    [{ target: "socket:[3]", flags: 0o4002 }, /found fd 8 is a non-blocking socket/],
+  ];
+  for (const [info, found] of cases) {
+    const problem = pmiSocketProblem(env, at(info)) ?? "";
+    assert.match(problem, /^Cannot initialise MPI: PMI_FD=8 should name the socket mpiexec passed/);
+    assert.match(problem, found);
+    assert.match(problem, /Run the deno binary itself under mpiexec: mpiexec -n 3 "\$\(npx -y deno@/);
+  }
+});
+
+Deno.test("inspectFd() reads this process's descriptors: deno's own are close-on-exec", () => {
+  if (Deno.build.os !== "linux") return;
+  assert.equal(inspectFd(1 << 20), null);
+  const own = [...Deno.readDirSync("/proc/self/fd")].map((e) => Number(e.name)).filter((fd) => fd > 2)
+    .map((fd) => inspectFd(fd)).filter((i): i is FdInfo => !!i);
+  assert.ok(own.length > 0, "expected descriptors above 2");
+  assert.ok(
+    own.some((i) => i.flags & 0o2000000),
+    `expected a close-on-exec one, found ${JSON.stringify(own)}`,
+  );
+  // A PMI_FD naming one of them is refused (this process never calls MPI_Init here).
+  const fd = [...Deno.readDirSync("/proc/self/fd")].map((e) => Number(e.name))
+    .find((n) => n > 2 && ((inspectFd(n)?.flags ?? 0) & 0o2000000));
+  assert.match(pmiSocketProblem({ PMI_FD: String(fd) }) ?? "", /which this process opened itself/);
 });

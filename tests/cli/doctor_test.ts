@@ -105,3 +105,50 @@ gatedTest("resolveLibraryFile() follows a bare soname through the ldconfig cache
   const file = resolveLibraryFile("libcudart.so.13");
   if (file !== "libcudart.so.13") assert.match(file, /^\/.*libcudart\.so\.13/);
 });
+
+Deno.test("the doctor CLI lists every path it tried for a library it cannot open, in text and JSON", async () => {
+  // A file that is not a library: the locator tries it alone and fails, whether or not NCCL is installed.
+  const dir = await Deno.makeTempDir();
+  try {
+    const fake = `${dir}/libnccl.so.2`;
+    await Deno.writeTextFile(fake, "not an ELF file");
+    const env = { DCOMM_NCCL_PATH: fake };
+    const json = await runDoctor(["--backend", "nccl", "--json"], env);
+    assert.equal(json.code, 1, json.stdout);
+    const report = JSON.parse(json.stdout);
+    const lib = report.libraries.find((l: { name: string }) => l.name === "NCCL");
+    assert.equal(lib.found, false);
+    assert.equal(lib.tried.length, 1, `expected one path tried, found ${JSON.stringify(lib.tried)}`);
+    assert.ok(lib.tried[0].startsWith(fake), lib.tried[0]);
+    assert.match(lib.problem, /Tried:\n {2}\S/);
+    assert.match(lib.problem, /\nFix: set DCOMM_NCCL_PATH/);
+    assert.match(
+      report.backends.nccl.reason,
+      /^Cannot find NCCL \(libnccl\) \(1 path tried, listed under Libraries\)$/,
+    );
+
+    const text = await runDoctor(["--backend", "nccl"], env);
+    assert.equal(text.code, 1, text.stdout);
+    const lines = text.stdout.split("\n");
+    const at = lines.findIndex((l) =>
+      /^ {2}NCCL +not usable: Cannot find NCCL \(libnccl\)\. Tried:$/.test(l)
+    );
+    assert.ok(at >= 0, `expected the NCCL line, found:\n${text.stdout}`);
+    assert.equal(lines[at + 1], `${" ".repeat(25)}${lib.tried[0]}`);
+    assert.match(lines[at + 2], /^ {25}Fix: set DCOMM_NCCL_PATH to the library's path/);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+gatedTest("doctor() reports every path tried for NCCL when it is not installed", {
+  missing: NCCL_MISSING === undefined ? "NCCL is installed, so its miss cannot be observed" : undefined,
+  ciCanSatisfy: false,
+}, async () => {
+  const report = await doctor();
+  const lib = report.libraries.find((l) => l.name === "NCCL");
+  assert.equal(lib?.found, false);
+  assert.ok((lib?.tried?.length ?? 0) > 0, `expected paths tried, found ${JSON.stringify(lib)}`);
+  const text = formatDoctor(report);
+  for (const path of lib?.tried ?? []) assert.ok(text.includes(path), `${path} missing from:\n${text}`);
+});

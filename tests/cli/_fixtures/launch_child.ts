@@ -26,3 +26,18 @@ if (mode === "fail" || mode === "hang") {
   Deno.writeTextFileSync(`${Deno.env.get("PID_DIR")}/${rank}`, String(Deno.pid));
   await new Promise((r) => setTimeout(r, 60_000));
 }
+if (mode === "trap") {
+  // Says which signal reached it and exits 0, so that only the launcher can make the exit code 128 + n.
+  for (const signal of ["SIGTERM", "SIGINT"] as const) {
+    Deno.addSignalListener(signal, () => {
+      console.log(`rank ${rank} got ${signal}`);
+      Deno.exit(0);
+    });
+  }
+  console.log(`rank ${rank} ready`);
+  await new Promise((r) => setTimeout(r, 60_000));
+}
+if (mode === "throw" && rank === 1) {
+  // Deno colours its report of an uncaught error even into a pipe, unless NO_COLOR is set.
+  throw new Error("rank 1 threw");
+}
