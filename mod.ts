@@ -27,12 +27,13 @@
  *
  * @module
  */
-export { init, type InitOptions } from "./backend/init.ts";
+export { init, type InitOptions, type SegmentOptions } from "./backend/init.ts";
 export type { NcclOptions } from "./backend/nccl/create.ts";
 export type { NcclTuning } from "./backend/nccl/tuning.ts";
 export type { NcclConfigIntField, NcclConfigOptions } from "./ffi/nccl/config.ts";
 export type {
   AlgorithmOptions,
+  AllocOptions,
   AnyTensor,
   CallOptions,
   DeviceTensor,

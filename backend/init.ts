@@ -28,6 +28,11 @@ export interface SegmentOptions {
   buffers?: number;
   /** Bytes per buffer, a multiple of 4096. @default 1048576 */
   bufferBytes?: number;
+  /**
+   * Bytes of each rank's pool, a multiple of 65536, for tensors from `pg.alloc()` that collectives use in
+   * place (an all-reduce of pool tensors copies nothing). Reserved in /dev/shm up front. @default 0
+   */
+  poolBytes?: number;
   /** Calls whose input has at most this many bytes may run on the calling thread. @default buffers × bufferBytes */
   inlineBytes?: number;
   /** Milliseconds such a call spins for its peers before the communication thread takes it over. @default 1 */
@@ -87,6 +92,7 @@ function segmentConfig(
   const layout = checkSegmentLayout({
     buffers: options.buffers ?? DEFAULT_SEGMENT_LAYOUT.buffers,
     bufferBytes: options.bufferBytes ?? DEFAULT_SEGMENT_LAYOUT.bufferBytes,
+    poolBytes: options.poolBytes ?? 0,
   });
   for (const key of ["inlineBytes", "inlineSpinMs", "spinMs"] as const) {
     const v = options[key];

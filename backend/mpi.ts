@@ -63,6 +63,7 @@ import type { FlightSpec } from "./mpi/_progress.ts";
 import { MPI_DATATYPE, MpiRuntime } from "./mpi/_runtime.ts";
 import type {
   AlgorithmOptions,
+  AllocOptions,
   CallOptions,
   GroupOptions,
   ProcessGroup,
@@ -72,6 +73,7 @@ import type {
   Tensor,
 } from "./process_group.ts";
 import { Work, type WorkReport } from "./work.ts";
+import { allocOrdinary, releaseOrdinary } from "./_alloc.ts";
 
 /** Options of {@linkcode initMpi}. */
 export interface MpiInitOptions {
@@ -586,6 +588,17 @@ export class MpiProcessGroup implements ProcessGroup {
    * @throws {MismatchError} If the ranks did not all pass the same list.
    * @throws {TimeoutError} If the other ranks do not call it in time.
    */
+  /** Ordinary memory: MPI reads the tensor where it is. */
+  alloc(count: number, options?: AllocOptions): TypedArray {
+    return allocOrdinary(count, options);
+  }
+
+  release(tensor: TypedArray): void {
+    if (!releaseOrdinary(tensor)) {
+      throw new TypeError(`Cannot release: expected a tensor from this backend's alloc() not released yet`);
+    }
+  }
+
   async newGroup(ranks: readonly number[], options: GroupOptions = {}): Promise<MpiProcessGroup> {
     this.#member("create a group");
     const sorted = checkGroupRanks(ranks, this.size);

@@ -138,6 +138,33 @@ export interface ProcessGroup extends AsyncDisposable {
    * @throws {RangeError} If `ranks` is empty, holds a rank outside 0..size-1, or lists a rank twice.
    */
   newGroup(ranks: readonly number[], options?: GroupOptions): Promise<ProcessGroup>;
+  /**
+   * A zeroed tensor of `count` elements for this group's collectives. On the cpu backend over shared
+   * memory with a pool (`init({ segment: { poolBytes } })`) it lives in this rank's pool in the host
+   * segment, where the peers read it in place: an all-reduce of such tensors copies nothing in or out
+   * (every rank of the call must pass one). Elsewhere it is ordinary memory. Give it back with
+   * {@linkcode ProcessGroup.release}.
+   *
+   * @param count Elements.
+   * @param options The dtype.
+   * @returns The tensor (a `Uint16Array` for float16 and bfloat16).
+   * @throws {RangeError} If `count` is not a whole number, or the pool has no room left.
+   * @throws {UnsupportedError} On the nccl backend (use `DeviceBuffer.alloc`).
+   */
+  alloc(count: number, options?: AllocOptions): TypedArray;
+  /**
+   * Gives back a tensor of {@linkcode ProcessGroup.alloc}; it must not be used afterwards.
+   *
+   * @param tensor The tensor.
+   * @throws {TypeError} If `tensor` did not come from `alloc` of this backend, or was released already.
+   */
+  release(tensor: TypedArray): void;
   /** Closes the group (for the world group: the whole backend). */
   close(): Promise<void>;
+}
+
+/** Options of {@linkcode ProcessGroup.alloc}. */
+export interface AllocOptions {
+  /** The element type. @default "float32" */
+  dtype?: DType;
 }

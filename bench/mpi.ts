@@ -120,6 +120,8 @@ export interface MeasureOptions {
   jitWarmup?: number;
   /** Other all-reduce implementations to time alongside. @default [] */
   others?: readonly PeerAllReduce[];
+  /** Makes each size's tensor (and gives it back after). @default ordinary Float32Arrays */
+  tensors?: { make(count: number): Float32Array; done(x: Float32Array): void };
 }
 
 /** The checked data: small integers, so the float32 sum is exact in any order (as the C program). */
@@ -200,7 +202,7 @@ export async function measureAllReduce(
   const out: AllReduceSample[][] = [];
   for (const bytes of sizes) {
     const count = Math.floor(bytes / 4);
-    const x = new Float32Array(count);
+    const x = options.tensors?.make(count) ?? new Float32Array(count);
     fill(x, pg.rank);
     const calls = [
       (): Promise<unknown> => pg.allReduce(x).wait(),
@@ -226,6 +228,7 @@ export async function measureAllReduce(
       const wrong = check ? await wrongElements(pg, x, calls[k]) : 0;
       samples.push(sample(count * 4, rounds[k], pg.size, wrong));
     }
+    options.tensors?.done(x);
     out.push(samples);
   }
   return out;
@@ -262,6 +265,8 @@ interface Flags {
   out: string;
   /** The dcomm backend measured: `"mpi"` or `"cpu"`. */
   backend: "mpi" | "cpu";
+  /** cpu: tensors from `pg.alloc()` in the host segment's pool. */
+  pool: boolean;
 }
 
 function parseFlags(args: string[]): Flags {
@@ -279,6 +284,7 @@ function parseFlags(args: string[]): Flags {
       trials: { type: "string", default: "3" },
       rank: { type: "boolean", default: false },
       backend: { type: "string", default: "mpi" },
+      pool: { type: "boolean", default: false },
       lib: {
         type: "string",
         default: new URL("./native/build/libmpi_allreduce.so", import.meta.url).pathname,
@@ -290,8 +296,10 @@ function parseFlags(args: string[]): Flags {
     throw new RangeError(`Invalid --backend: expected mpi or cpu, found "${values.backend}"`);
   }
   const backend = values.backend;
+  if (values.pool && backend !== "cpu") throw new RangeError("--pool needs --backend cpu");
   return {
     backend,
+    pool: values.pool,
     np: Number(values.np),
     trials: Number(values.trials),
     flags: [
@@ -307,7 +315,9 @@ function parseFlags(args: string[]): Flags {
     lib: values.lib,
     out: values.out ??
       new URL(
-        `./results/${backend === "mpi" ? "collectives-mpi" : "collectives-cpu-mpich"}.json`,
+        `./results/${
+          backend === "mpi" ? "collectives-mpi" : `collectives-cpu${values.pool ? "-pool" : ""}-mpich`
+        }.json`,
         import.meta.url,
       )
         .pathname,
@@ -329,12 +339,19 @@ async function rankMain(flags: Flags): Promise<void> {
   });
   // cpu ranks: MPI for the C loop only; the rank and world size come from mpiexec's PMI_RANK/PMI_SIZE.
   if (flags.backend === "cpu") lib.symbols.dcomm_mpi_init();
-  const pg = await init({ backend: flags.backend });
+  const largest = Math.max(...flags.sizes);
+  const pg = await init({
+    backend: flags.backend,
+    ...(flags.pool ? { segment: { poolBytes: Math.ceil(Math.max(largest, 1) / 65536) * 65536 } } : {}),
+  });
   const loop = (x: Float32Array, iters: number): number =>
     lib.symbols.dcomm_allreduce_loop(x, x.length, BigInt(iters));
   const results = await measureAllReduce(pg, flags.sizes, {
     ...flags,
     others: [{ call: (x) => loop(x, 1), loop }],
+    tensors: flags.pool
+      ? { make: (n) => pg.alloc(n) as Float32Array, done: (x) => pg.release(x) }
+      : undefined,
   });
   if (pg.rank === 0) {
     for (const [dcomm, c] of results) {
@@ -438,6 +455,7 @@ async function main(options: Flags): Promise<void> {
       await run("mpiexec", [
         ...["-n", String(np), Deno.execPath(), "run", "-A", self],
         ...["--rank", "--backend", options.backend, "--lib", options.lib, ...flags],
+        ...(options.pool ? ["--pool"] : []),
       ], env),
     );
     keepBest(best, ranks);
@@ -454,7 +472,9 @@ async function main(options: Flags): Promise<void> {
   console.log(
     options.backend === "mpi"
       ? "#   dcomm:   the mpi backend (MPI_Iallreduce + the poller), awaited call by call"
-      : "#   dcomm:   the cpu backend (shared memory, the host segment), awaited call by call",
+      : `#   dcomm:   the cpu backend (shared memory, the host segment${
+        options.pool ? ", tensors from pg.alloc() in its pool" : ""
+      }), awaited call by call`,
   );
   console.log(
     "#   C here:  the C program's MPI_Allreduce loop (its shared library) in the dcomm ranks, in turn with dcomm",

@@ -10,6 +10,12 @@
  *   member's reduced shard out (finish). Per member: m in, m read by the reduction, m out; two
  *   synchronisations per chunk. Cost `(2k+1)·α + 3·m·β + m·γ`.
  *
+ * - **pooled** ({@linkcode segmentAllReducePooled}), when every member's tensor is in its pool: nothing is
+ *   copied in; each member reduces its shard of every member's tensor into its own, in place (mid), then
+ *   copies every other member's reduced shard into its own (finish), and is done once every member has
+ *   consumed every chunk. Per member m read and m/n written by the reduction, (n−1)/n·m copied; three
+ *   synchronisations per chunk. Cost `(2k+2)·α + m·β + m·γ`.
+ *
  * α is one synchronisation (a counter store seen by a spinning peer), β seconds per byte copied, γ seconds
  * per byte read by a reduction: one-shot wins for few members and small chunks, two-phase when n·m of
  * reading costs more than the extra copy and synchronisations.
@@ -66,6 +72,37 @@ export function segmentAllReduce(
       for (let q = 0; q < ctx.size; q++) {
         const [s, e] = shardOf(n, ctx.size, q);
         if (e > s) buf.set(ctx.buffer(q, b).subarray(s * es, e * es), off + s * es);
+      }
+    },
+  };
+}
+
+/**
+ * The plan of an all-reduce in place on tensors that every member allocated in its pool: `ctx.tensor(q)`
+ * is member q's, `bytes` long.
+ *
+ * @param ctx The group's segment.
+ * @param bytes The tensors' length.
+ * @returns The plan.
+ */
+export function segmentAllReducePooled(ctx: SegmentContext, bytes: number): SegmentPlan {
+  const chunks = chunksOf(ctx, bytes, ctx.bufferBytes);
+  const es = ctx.elemSize;
+  return {
+    chunks: chunks.count,
+    lends: true,
+    post(): void {},
+    mid(c: number): void {
+      const [s, e] = shardOf(chunks.length(c) / es, ctx.size, ctx.rank);
+      if (e > s) ctx.reduceTensors(c * chunks.size + s * es, (e - s) * es);
+    },
+    finish(c: number): void {
+      const off = c * chunks.size, n = chunks.length(c) / es, mine = ctx.tensor(ctx.rank);
+      for (let q = 0; q < ctx.size; q++) {
+        const [s, e] = shardOf(n, ctx.size, q);
+        if (q !== ctx.rank && e > s) {
+          mine.set(ctx.tensor(q).subarray(off + s * es, off + e * es), off + s * es);
+        }
       }
     },
   };

@@ -59,6 +59,18 @@ export interface SegmentContext {
   /** Stores this member's counter and wakes members that sleep. */
   publish(name: "posted" | "reduced" | "consumed", value: number): void;
   /**
+   * A member's tensor, when the call runs on tensors from the members' pools (`SegmentPlan.lends`): the
+   * member's bytes where they lie, which every member may read.
+   *
+   * @param member A member.
+   */
+  tensor(member: number): Uint8Array;
+  /**
+   * `tensor(rank)[offset, offset+bytes) = op(tensor(0)[...], ..., tensor(size-1)[...])`, in member order,
+   * in place: for calls on pool tensors.
+   */
+  reduceTensors(offset: number, bytes: number): void;
+  /**
    * Checks the call's descriptor against every member that has begun it; throws the mismatch.
    *
    * @returns Whether every member has begun this call and agrees.
@@ -76,6 +88,11 @@ export interface SegmentPlan {
   mid?(c: number, b: number): void;
   /** Reads chunk `c` from the buffers `b` of the members into the output. */
   finish(c: number, b: number): void;
+  /**
+   * Whether the plan lends this member's own tensor to the others (a call on pool tensors): then it is
+   * done only once every member has consumed every chunk, since until then a peer may still read it.
+   */
+  readonly lends?: boolean;
 }
 
 /** Where a call's pipeline stands: enough for another thread to go on with it. */
@@ -119,9 +136,11 @@ export class SegmentPipeline {
     this.#checked = state.checked;
   }
 
-  /** Whether every chunk is finished and every member's descriptor checked. */
+  /** Whether every chunk is finished and every member's descriptor checked (and, for a plan that lends
+   * this member's tensor, every member has consumed every chunk). */
   get done(): boolean {
-    return this.#checked && this.#finished === this.#plan.chunks;
+    if (!this.#checked || this.#finished !== this.#plan.chunks) return false;
+    return !this.#plan.lends || this.#all("consumed", (this.#base + this.#plan.chunks) | 0);
   }
 
   /** Where the call stands. */

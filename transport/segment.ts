@@ -13,10 +13,13 @@
  * byte    64  doorbell (own cache line): peers add 1 and futex-wake it when the owner sleeps
  * byte   128  sleeping: 1 while the owner sleeps on the doorbell (own cache line)
  * byte   192  aborted: 1 once the owner failed;  byte 196 length of the reason, bytes 256.. its UTF-8
- * byte  4096  group blocks, 1 KiB each, one per group id below SEGMENT_GROUPS:
+ * byte  4096  group blocks, 2 KiB each, one per group id below SEGMENT_GROUPS:
  *               +0 called (calls begun)  +64 posted  +128 reduced  +192 consumed (chunks; own lines)
- *               +256 the log of the last SEGMENT_LOG calls' 32-byte descriptors
- * byte 65536  the data buffers: `buffers` × `bufferBytes`
+ *               +256 the log of the last SEGMENT_LOG calls: 64 bytes each, the call's 32-byte descriptor
+ *                    then, for a call on a pool tensor, its byte offset in the pool (f64; -1 for none)
+ * byte 131072 the data buffers: `buffers` × `bufferBytes`
+ * then        the pool: `poolBytes` for tensors the owner allocated there (`pg.alloc`), which the peers
+ *             read in place (collectives on them need no copy in or out)
  * ```
  * Every word is written by the area's owner only (but the doorbell, which peers add to) and read by
  * everyone: a rank publishes progress by storing its own counter and learns of its peers' by loading
@@ -31,6 +34,7 @@ import {
   futexWait,
   futexWaitSync,
   futexWake,
+  mapAnonymousAt,
   munmap,
   type SharedMapping,
   SYS_FUTEX,
@@ -42,13 +46,15 @@ export interface SegmentLayout {
   readonly buffers: number;
   /** Bytes per data buffer, a multiple of 4096: the chunk a collective moves at once. */
   readonly bufferBytes: number;
+  /** Bytes of the pool, a multiple of 65536 (0: none). @default 0 */
+  readonly poolBytes?: number;
 }
 
 /** The layout used unless a world asks for another: 4 buffers of 1 MiB per rank. */
 export const DEFAULT_SEGMENT_LAYOUT: SegmentLayout = Object.freeze({ buffers: 4, bufferBytes: 1 << 20 });
 
 /** Bytes before the first data buffer of an area. */
-export const SEGMENT_HEADER_BYTES = 65536;
+export const SEGMENT_HEADER_BYTES = 131072;
 /** Group ids below this have a block in every area; larger ids run their calls without the segment. */
 export const SEGMENT_GROUPS = 32;
 /** Descriptors each group block keeps, by call number modulo this. */
@@ -63,6 +69,7 @@ const W_SIZE = 3;
 const W_PID = 4;
 const W_BUFFERS = 5;
 const W_BUFFER_BYTES = 6;
+const W_POOL_PAGES = 7;
 /** Word index of an area's doorbell. */
 export const W_BELL = 16;
 const W_SLEEPING = 32;
@@ -71,9 +78,10 @@ const W_REASON_LENGTH = 49;
 const REASON_OFFSET = 256;
 const REASON_MAX = 3840;
 const GROUPS_OFFSET = 4096;
-const GROUP_BYTES = 1024;
+const GROUP_BYTES = 2048;
 const LOG_OFFSET = 256;
-const DESC_BYTES = 32;
+/** Bytes of a log entry: a call's descriptor (32) and what more its peers need to know of it. */
+export const LOG_ENTRY_BYTES = 64;
 
 /** A group block's counters, as word offsets from the block's first word. */
 export const COUNTER = Object.freeze({ called: 0, posted: 16, reduced: 32, consumed: 48 });
@@ -98,8 +106,18 @@ export function reached(value: number, target: number): boolean {
  * @returns Bytes (a multiple of 64 KiB).
  */
 export function segmentAreaBytes(layout: SegmentLayout): number {
-  const bytes = SEGMENT_HEADER_BYTES + layout.buffers * layout.bufferBytes;
+  const bytes = poolOffset(layout) + (layout.poolBytes ?? 0);
   return Math.ceil(bytes / 65536) * 65536;
+}
+
+/**
+ * Where the pool starts in an area.
+ *
+ * @param layout The buffers.
+ * @returns The byte offset (a multiple of 64 KiB).
+ */
+export function poolOffset(layout: SegmentLayout): number {
+  return Math.ceil((SEGMENT_HEADER_BYTES + layout.buffers * layout.bufferBytes) / 65536) * 65536;
 }
 
 /**
@@ -108,9 +126,15 @@ export function segmentAreaBytes(layout: SegmentLayout): number {
  * @param layout The layout asked for.
  * @returns The same layout.
  * @throws {RangeError} If `buffers` is not a power of two in 2..64 or `bufferBytes` not a multiple of
- * 4096 in 4 KiB..256 MiB.
+ * 4096 in 4 KiB..256 MiB, or `poolBytes` not a multiple of 65536 below 2 GiB.
  */
 export function checkSegmentLayout(layout: SegmentLayout): SegmentLayout {
+  const poolBytes = layout.poolBytes ?? 0;
+  if (!Number.isInteger(poolBytes) || poolBytes < 0 || poolBytes % 65536 !== 0 || poolBytes >= 2 ** 31) {
+    throw new RangeError(
+      `Invalid segment poolBytes: expected a multiple of 65536 in 0..${2 ** 31 - 65536}, found ${poolBytes}`,
+    );
+  }
   const { buffers, bufferBytes } = layout;
   if (!Number.isInteger(buffers) || buffers < 2 || buffers > 64 || (buffers & (buffers - 1)) !== 0) {
     throw new RangeError(`Invalid segment buffers: expected a power of two in 2..64, found ${buffers}`);
@@ -146,6 +170,7 @@ export function initSegmentArea(
   w[W_PID] = pid;
   w[W_BUFFERS] = layout.buffers;
   w[W_BUFFER_BYTES] = layout.bufferBytes;
+  w[W_POOL_PAGES] = (layout.poolBytes ?? 0) / 65536;
   Atomics.store(w, W_MAGIC, MAGIC);
 }
 
@@ -194,12 +219,17 @@ export class HostSegment {
       if (Atomics.load(w, W_MAGIC) !== MAGIC || w[W_VERSION] !== VERSION || w[W_RANK] !== owner) {
         throw new TransportError(`Expected the segment area of rank ${owner}, found none (bad magic)`);
       }
-      if (w[W_BUFFERS] !== layout.buffers || w[W_BUFFER_BYTES] !== layout.bufferBytes) {
+      const pool = (layout.poolBytes ?? 0) / 65536;
+      if (
+        w[W_BUFFERS] !== layout.buffers || w[W_BUFFER_BYTES] !== layout.bufferBytes ||
+        w[W_POOL_PAGES] !== pool
+      ) {
         throw new TransportError(
-          `Rank ${owner} uses ${w[W_BUFFERS]} segment buffers of ${
-            w[W_BUFFER_BYTES]
-          } bytes but rank ${rank} ` +
-            `uses ${layout.buffers} of ${layout.bufferBytes}`,
+          `Rank ${owner} uses ${w[W_BUFFERS]} segment buffers of ${w[W_BUFFER_BYTES]} bytes and a pool of ` +
+            `${
+              w[W_POOL_PAGES] * 65536
+            } bytes but rank ${rank} uses ${layout.buffers} of ${layout.bufferBytes} ` +
+            `and ${pool * 65536}`,
           { peer: owner },
         );
       }
@@ -290,6 +320,17 @@ export class HostSegment {
   }
 
   /**
+   * A rank's pool (empty without one).
+   *
+   * @param rank The owner.
+   * @returns The pool's bytes.
+   */
+  pool(rank: number): Uint8Array {
+    const at = poolOffset(this.layout);
+    return this.#bytes[rank].subarray(at, at + (this.layout.poolBytes ?? 0));
+  }
+
+  /**
    * The word index of a counter of a group block.
    *
    * @param group The group id, below {@linkcode SEGMENT_GROUPS}.
@@ -306,11 +347,12 @@ export class HostSegment {
    * @param rank The owner.
    * @param group The group id.
    * @param call The call's number.
-   * @returns Its 32 bytes.
+   * @returns Its 64 bytes: the descriptor, then the call's pool offset (f64 at byte 32).
    */
   logEntry(rank: number, group: number, call: number): Uint8Array {
-    const at = GROUPS_OFFSET + group * GROUP_BYTES + LOG_OFFSET + ((call >>> 0) % SEGMENT_LOG) * DESC_BYTES;
-    return this.#bytes[rank].subarray(at, at + DESC_BYTES);
+    const at = GROUPS_OFFSET + group * GROUP_BYTES + LOG_OFFSET +
+      ((call >>> 0) % SEGMENT_LOG) * LOG_ENTRY_BYTES;
+    return this.#bytes[rank].subarray(at, at + LOG_ENTRY_BYTES);
   }
 
   /** The process id of a rank. */
@@ -427,10 +469,19 @@ export class HostSegment {
     return this.#watched[rank] && hasExited(this.#pids[rank]);
   }
 
-  /** Unmaps this mapping of the areas (other threads' mappings stay). Idempotent. */
-  close(): void {
+  /**
+   * Unmaps this mapping of the areas (other threads' mappings stay). Idempotent.
+   *
+   * @param options `keepAddresses`: put fresh zeroed memory where the areas were instead of leaving the
+   *   addresses unmapped, for views of them that may outlive the segment (pool tensors): reading them
+   *   then gives zeros rather than a crash. @default false
+   */
+  close(options: { keepAddresses?: boolean } = {}): void {
     if (this.#closed) return;
     this.#closed = true;
-    for (const m of this.#maps) munmap(m);
+    for (const m of this.#maps) {
+      if (options.keepAddresses) mapAnonymousAt(m.pointer, m.bytes);
+      else munmap(m);
+    }
   }
 }

@@ -288,7 +288,9 @@ export class ShmTransport implements Transport {
           );
         }
         const segmentText = (l: SegmentLayout | null | undefined): string =>
-          l ? `${l.buffers} segment buffers of ${l.bufferBytes} bytes` : "no segment";
+          l
+            ? `${l.buffers} segment buffers of ${l.bufferBytes} bytes and a pool of ${l.poolBytes ?? 0} bytes`
+            : "no segment";
         if (segmentText(theirs.segment) !== segmentText(layout)) {
           throw new TransportError(
             `Rank ${peer} uses ${segmentText(theirs.segment)} but rank ${rank} uses ${segmentText(layout)}`,

@@ -48,6 +48,14 @@ export interface PointerRegion {
   byteLength: number;
 }
 
+/** A tensor in this rank's pool of the host segment (`pg.alloc`), by its offset there. */
+export interface PoolRegion {
+  /** The byte offset in the pool. */
+  pool: number;
+  /** Its length. */
+  byteLength: number;
+}
+
 /** A call that the main thread began through the segment and hands over half-done. */
 export interface SegmentResume {
   /** The call's number in its group. */
@@ -77,9 +85,9 @@ export interface OpRequest {
   /** Elements of the tensor (input for allGather/reduceScatter/allToAll). */
   count: number;
   /** The input (or the in-place tensor). */
-  input?: Region | PointerRegion;
+  input?: Region | PointerRegion | PoolRegion;
   /** The output, for out-of-place collectives. */
-  output?: Region | PointerRegion;
+  output?: Region | PointerRegion | PoolRegion;
   /** Milliseconds before the call fails. */
   timeoutMs: number;
   /** A segment call the main thread began: the engine goes on with it instead of beginning it. */

@@ -17,7 +17,13 @@
  * @module
  */
 import { DTYPES, REDUCE_OPS } from "../../core/dtype.ts";
-import { COLLECTIVES, type OpRequest, type PointerRegion, type Region } from "./_protocol.ts";
+import {
+  COLLECTIVES,
+  type OpRequest,
+  type PointerRegion,
+  type PoolRegion,
+  type Region,
+} from "./_protocol.ts";
 import { RecordRing } from "./_record_ring.ts";
 
 /** Records in the ring. */
@@ -35,7 +41,8 @@ export type RequestRecord = Float64Array;
 /**
  * Writes `op` as numbers into `out` (16 of them): id, group, collective, dtype, op, root, algorithm,
  * servers, count, then buffer id, offset and length of the input and of the output (-1 for none), and
- * the timeout. A tensor reached by its address has buffer id -2, its address in place of the offset.
+ * the timeout. A tensor reached by its address has buffer id -2, its address in place of the offset; a
+ * tensor in the pool buffer id -3, its offset in the pool.
  * Calls that resume a segment call go by message.
  *
  * @param op The call.
@@ -69,9 +76,11 @@ export function encodeRequest(
 
 /** The buffer id of a tensor reached by its address. */
 const POINTER = -2;
+/** The buffer id of a tensor in the pool. */
+const POOL = -3;
 
 function region(
-  r: Region | PointerRegion | undefined,
+  r: Region | PointerRegion | PoolRegion | undefined,
   bufferId: (b: SharedArrayBuffer) => number,
   out: Float64Array,
   at: number,
@@ -79,6 +88,12 @@ function region(
   if (r !== undefined && "address" in r) {
     out[at] = POINTER;
     out[at + 1] = r.address;
+    out[at + 2] = r.byteLength;
+    return;
+  }
+  if (r !== undefined && "pool" in r) {
+    out[at] = POOL;
+    out[at + 1] = r.pool;
     out[at + 2] = r.byteLength;
     return;
   }
@@ -100,9 +115,11 @@ export function decodeRequest(
   algorithms: readonly string[],
   buffer: (id: number) => SharedArrayBuffer,
 ): OpRequest {
-  const regionAt = (at: number): Region | PointerRegion | undefined =>
+  const regionAt = (at: number): Region | PointerRegion | PoolRegion | undefined =>
     r[at] === POINTER
       ? { address: r[at + 1], byteLength: r[at + 2] }
+      : r[at] === POOL
+      ? { pool: r[at + 1], byteLength: r[at + 2] }
       : r[at] < 0
       ? undefined
       : { buffer: buffer(r[at]), byteOffset: r[at + 1], byteLength: r[at + 2] };

@@ -25,6 +25,7 @@ import { DEFAULT_SEGMENT_CONSTANTS, segmentPlan, type SegmentPlanName } from "..
 import { duplicateMapping, mapAnonymousAt, schedYield, type SharedMapping } from "../../ffi/libc/libc.ts";
 import {
   type HostSegment,
+  poolOffset,
   reached,
   SEGMENT_GROUPS,
   SEGMENT_HEADER_BYTES,
@@ -37,7 +38,7 @@ import {
   type SegmentPlan,
   type SegmentState,
 } from "../../collectives/segment_context.ts";
-import { segmentAllReduce } from "../../collectives/segment_allreduce.ts";
+import { segmentAllReduce, segmentAllReducePooled } from "../../collectives/segment_allreduce.ts";
 import { segmentBroadcast } from "../../collectives/segment_broadcast.ts";
 import { segmentReduce } from "../../collectives/segment_reduce.ts";
 import { segmentAllGather } from "../../collectives/segment_allgather.ts";
@@ -70,6 +71,11 @@ export interface SegmentCall {
   input?: Uint8Array;
   /** The output of the out-of-place collectives. */
   output?: Uint8Array;
+  /**
+   * For an all-reduce on a tensor from this rank's pool: its byte offset there. Every member of the call
+   * must pass a pool tensor or none (the descriptor says which).
+   */
+  pooled?: number;
 }
 
 /**
@@ -102,7 +108,7 @@ const FORCED_PLAN: SegmentPlanName | undefined = (() => {
  * @returns The call.
  */
 export function segmentCallOf(
-  op: Pick<OpRequest, "group" | "collective" | "dtype" | "op" | "root" | "count">,
+  op: Pick<OpRequest, "group" | "collective" | "dtype" | "op" | "root" | "count" | "input">,
   members: readonly number[],
   layout: SegmentLayout,
   input: Uint8Array | undefined,
@@ -117,7 +123,12 @@ export function segmentCallOf(
         { size: members.length, bytes: op.count * dtypeSize(op.dtype), chunkBytes: layout.bufferBytes },
         DEFAULT_SEGMENT_CONSTANTS,
       )) === "two-phase";
+  // An all-reduce on a pool tensor runs in place there, with nothing copied in or out.
+  const pooled = collective === "allReduce" && op.input !== undefined && "pool" in op.input
+    ? op.input.pool
+    : undefined;
   return {
+    pooled,
     group: op.group,
     members,
     collective,
@@ -133,13 +144,15 @@ export function segmentCallOf(
 
 /**
  * Bytes a call copies into this rank's buffers, for its report's `bytesSent`: what the rank hands to its
- * peers.
+ * peers (0 for a pool tensor, which they read in place).
  *
  * @param call The call.
  * @param index This rank within the group.
  * @returns Bytes.
  */
 export function segmentBytesPosted(call: SegmentCall, index: number): number {
+  // A pool tensor is read where it lies: nothing is copied for the peers.
+  if (call.pooled !== undefined) return 0;
   switch (call.collective) {
     case "barrier":
       return 0;
@@ -260,9 +273,10 @@ export class SegmentRun {
   }
 
   /**
-   * Spins on the call for at most `budgetMs`, on this thread (nothing else runs meanwhile).
+   * Spins on the call on this thread (nothing else runs meanwhile) until it is done or the peers have not
+   * let it move for `budgetMs`.
    *
-   * @param budgetMs How long to wait for the peers at most.
+   * @param budgetMs How long to wait for peers that do not move.
    * @returns Whether the call is done.
    * @throws The call's failure (a mismatch, an aborted peer).
    */
@@ -271,7 +285,9 @@ export class SegmentRun {
     let until = -1;
     while (!this.#pipeline.done) {
       if (this.#pipeline.progress()) {
+        // The budget is for waiting on peers that do not move, not for the call's own work.
         idle = 0;
+        until = -1;
         continue;
       }
       if (++idle % LOOK_EVERY !== 0) continue;
@@ -380,7 +396,7 @@ export class SegmentExecutor {
    * @returns The run.
    */
   begin(call: SegmentCall): SegmentRun {
-    const number = this.beginCall(call.group, (seq) => this.#descriptor(call, seq));
+    const number = this.beginCall(call.group, (seq) => this.#descriptor(call, seq), call.pooled ?? -1);
     const words = this.segment.words(this.segment.rank);
     const base = Atomics.load(words, this.segment.counterIndex(call.group, "posted"));
     return this.#run(call, number, { base, posted: 0, reduced: 0, finished: 0, checked: false });
@@ -407,12 +423,16 @@ export class SegmentExecutor {
    * @param describe The descriptor, given the call's number.
    * @returns The call's number.
    */
-  beginCall(group: number, describe: (seq: number) => CallDescriptor): number {
+  beginCall(group: number, describe: (seq: number) => CallDescriptor, pooled = -1): number {
     const seg = this.segment, me = seg.rank;
     const words = seg.words(me);
     const index = seg.counterIndex(group, "called");
     const number = (Atomics.load(words, index) + 1) | 0;
-    seg.logEntry(me, group, number).set(encodeDescriptor(describe(number >>> 0), ALGORITHM_NAMES));
+    const entry = seg.logEntry(me, group, number);
+    entry.set(encodeDescriptor(describe(number >>> 0), ALGORITHM_NAMES));
+    // Byte 28 (reserved in the descriptor) says whether the call is on pool tensors; its offset follows.
+    entry[28] = pooled >= 0 ? 1 : 0;
+    new DataView(entry.buffer, entry.byteOffset + 32, 8).setFloat64(0, pooled, true);
     Atomics.store(words, index, number);
     return number;
   }
@@ -467,6 +487,25 @@ export class SegmentExecutor {
       wasm[members[q]] + SEGMENT_HEADER_BYTES + b * bufferBytes + offset;
     const sources = new Array<number>(members.length);
     const scratch = this.#scratch;
+    // Pool tensors: where each member's is (its offset, logged when it began the call).
+    const pool = poolOffset(seg.layout);
+    const bytes = call.count * es;
+    const tensorOffsets: number[] = [];
+    const tensorOffset = (q: number): number => {
+      if (tensorOffsets[q] === undefined) {
+        const entry = seg.logEntry(members[q], group, number);
+        tensorOffsets[q] = q === me ? call.pooled ?? -1 : new DataView(entry.buffer, entry.byteOffset + 32, 8)
+          .getFloat64(0, true);
+        if (!(tensorOffsets[q] >= 0 && tensorOffsets[q] + bytes <= (seg.layout.poolBytes ?? 0))) {
+          throw new MismatchError(
+            `Rank ${
+              members[q]
+            } logged no pool tensor of ${bytes} bytes for call #${number} in group ${group}`,
+          );
+        }
+      }
+      return tensorOffsets[q];
+    };
     const ctx: SegmentContext = {
       rank: me,
       size: members.length,
@@ -487,6 +526,16 @@ export class SegmentExecutor {
           out.set(kernels.heap.bytes().subarray(scratch, scratch + len), done);
         }
       },
+      tensor(q: number): Uint8Array {
+        const at = tensorOffset(q);
+        return seg.pool(members[q]).subarray(at, at + bytes);
+      },
+      reduceTensors(offset: number, n: number): void {
+        for (let q = 0; q < sources.length; q++) {
+          sources[q] = wasm[members[q]] + pool + tensorOffset(q) + offset;
+        }
+        kernels.reduceManyPtr(call.dtype, call.op, sources[me], sources, n / es);
+      },
       counter: (q, name) => Atomics.load(memberWords[q], counters[name]),
       publish(name: "posted" | "reduced" | "consumed", value: number): void {
         Atomics.store(myWords, counters[name], value);
@@ -504,6 +553,15 @@ export class SegmentExecutor {
           // A member far ahead may have logged over this call; its seq field then says so.
           const seq = theirs[4] | theirs[5] << 8 | theirs[6] << 16 | theirs[7] << 24;
           if ((seq | 0) === number) {
+            if (theirs[28] !== myEntry[28]) {
+              const [p, n] = theirs[28] ? [members[q], seg.rank] : [seg.rank, members[q]];
+              throw new MismatchError(
+                `Mismatched calls: rank ${p} passed a tensor from pg.alloc() (its pool) to ${
+                  describeCall(mine)
+                } ` +
+                  `but rank ${n} an ordinary one: either every rank of a call passes a pool tensor or none does`,
+              );
+            }
             for (let i = 0; i < 32; i++) {
               if (theirs[i] !== myEntry[i]) {
                 const d = decodeDescriptor(theirs.slice(), ALGORITHM_NAMES);
@@ -537,6 +595,7 @@ function planOf(ctx: SegmentContext, call: SegmentCall): SegmentPlan {
   const c = call.collective;
   switch (c) {
     case "allReduce":
+      if (call.pooled !== undefined) return segmentAllReducePooled(ctx, call.count * ctx.elemSize);
       return segmentAllReduce(ctx, need(call.input, "a tensor", c), { twoPhase: call.twoPhase });
     case "broadcast":
       return segmentBroadcast(ctx, need(call.input, "a tensor", c), call.root);

@@ -11,6 +11,7 @@ import { checkOp, type DType, dtypeOf, dtypeSize, type ReduceOp, type TypedArray
 import { DistError, TimeoutError, TransportError, UnsupportedError } from "../../core/errors.ts";
 import {
   type AlgorithmOptions,
+  type AllocOptions,
   type AnyTensor,
   type CallOptions,
   type GroupOptions,
@@ -27,6 +28,7 @@ import type {
   FromEngine,
   OpRequest,
   PointerRegion,
+  PoolRegion,
   Region,
   ToEngine,
   WireError,
@@ -35,6 +37,8 @@ import { HostSegment } from "../../transport/segment.ts";
 import { kernels } from "../../wasm/kernels.ts";
 import { segmentBytesPosted, segmentCallOf, SegmentExecutor, segmentUnavailable } from "./_segment_exec.ts";
 import { StagingPool } from "./_staging.ts";
+import { PoolAllocator } from "./_pool.ts";
+import { allocOrdinary, checkAlloc, releaseOrdinary, tensorOver } from "../_alloc.ts";
 import { ALGORITHM_NAMES, checkAlgorithm } from "./_dispatch.ts";
 import { type Completion, completionBuffer, CompletionReader } from "./_completions.ts";
 import { encodeRequest, requestBuffer, RequestWriter } from "./_requests.ts";
@@ -82,6 +86,8 @@ export class EngineHandle {
   inlineBytes = 0;
   /** Milliseconds a call on the main thread spins for its peers before the communication thread takes it over. */
   inlineSpinMs = 1;
+  /** This rank's pool in the host segment, as the main thread sees it, and its allocator. */
+  pool: { bytes: Uint8Array; allocator: PoolAllocator } | undefined;
   /** Whether the Worker may reach tensors by address (FFI is allowed): no staging copies. */
   readonly byAddress: boolean = ffiGranted();
   #closing = false;
@@ -132,6 +138,12 @@ export class EngineHandle {
         const shared = HostSegment.attach(segment.segment);
         handle.segment = new SegmentExecutor(shared, await kernels());
         const layout = shared.layout;
+        if ((layout.poolBytes ?? 0) > 0) {
+          handle.pool = {
+            bytes: shared.pool(shared.rank),
+            allocator: new PoolAllocator(layout.poolBytes ?? 0),
+          };
+        }
         handle.inlineBytes = config.segmentInlineBytes ?? layout.buffers * layout.bufferBytes;
         handle.inlineSpinMs = config.segmentInlineSpinMs ?? handle.inlineSpinMs;
       }
@@ -267,7 +279,7 @@ export class EngineHandle {
   #send(op: OpRequest): void {
     let byMessage = false;
     for (const region of [op.input, op.output]) {
-      if (region === undefined || "address" in region) continue;
+      if (region === undefined || !("buffer" in region)) continue;
       if (!this.staging.owns(region.buffer)) byMessage = true;
       else if (!this.#bufferIds.has(region.buffer)) {
         const id = this.#nextBufferId++;
@@ -305,7 +317,8 @@ export class EngineHandle {
     ]);
     clearTimeout(timer);
     this.segment?.close();
-    this.segment?.segment.close();
+    // Pool tensors may outlive the group: their memory becomes ordinary zeroed memory, not a hole.
+    this.segment?.segment.close({ keepAddresses: this.pool !== undefined });
     this.segment = undefined;
   }
 }
@@ -492,6 +505,35 @@ export class CpuProcessGroup implements ProcessGroup {
     );
   }
 
+  alloc(count: number, options: AllocOptions = {}): TypedArray {
+    const pool = this.#engine.pool;
+    if (pool === undefined) return allocOrdinary(count, options);
+    const { dtype, bytes } = checkAlloc(count, options);
+    const at = pool.allocator.alloc(bytes);
+    if (at === undefined) {
+      throw new RangeError(
+        `Cannot alloc ${bytes} bytes in this rank's pool: ${
+          pool.allocator.capacity - pool.allocator.used
+        } of ` +
+          `${pool.allocator.capacity} are free (in pieces); ask init() for a larger segment.poolBytes`,
+      );
+    }
+    const view = pool.bytes.subarray(at, at + bytes);
+    view.fill(0);
+    return tensorOver(dtype, view);
+  }
+
+  release(tensor: TypedArray): void {
+    const pool = this.#engine.pool;
+    if (pool !== undefined && tensor.buffer === pool.bytes.buffer) {
+      if (pool.allocator.release(tensor.byteOffset - pool.bytes.byteOffset)) return;
+    } else if (releaseOrdinary(tensor)) return;
+    throw new TypeError(
+      `Cannot release: expected a tensor from this backend's alloc() not released yet, found a ` +
+        `${tensor?.constructor?.name ?? typeof tensor} of ${tensor?.length} elements`,
+    );
+  }
+
   async close(): Promise<void> {
     if (this.#closed || this.#id !== 0) return;
     this.#closed = true;
@@ -580,6 +622,12 @@ export class CpuProcessGroup implements ProcessGroup {
       throw segmentUnavailable(collective, this.#id, engine.transport);
     }
     const viaSegment = segmentOk && !p2p && (algorithm === "auto" || algorithm === "segment");
+    // An all-reduce of a tensor from this rank's pool runs in place there (every rank must pass one).
+    const pool = engine.pool;
+    const pooled = viaSegment && collective === "allReduce" && pool !== undefined && input !== undefined &&
+        input.buffer === pool.bytes.buffer
+      ? { pool: input.byteOffset - pool.bytes.byteOffset, byteLength: input.byteLength }
+      : undefined;
     const request = {
       group: this.#id,
       collective,
@@ -591,6 +639,14 @@ export class CpuProcessGroup implements ProcessGroup {
       count,
       timeoutMs,
     } as const;
+    if (pooled !== undefined) {
+      // Whatever its size: the plan copies nothing, so every step is the peers' reading of it.
+      if (engine.idle && engine.failure === undefined) {
+        return this.#inline(request, input, output, call.options.signal, pooled);
+      }
+      const submitted = engine.submit({ ...request, input: pooled }, call.options.signal);
+      return new Work(submitted.then((report) => keepAlive(report, input)));
+    }
     if (
       viaSegment && engine.idle && engine.failure === undefined &&
       (input?.byteLength ?? 0) <= engine.inlineBytes
@@ -638,13 +694,14 @@ export class CpuProcessGroup implements ProcessGroup {
     input: TypedArray | undefined,
     output: TypedArray | undefined,
     signal: AbortSignal | undefined,
+    pooled?: PoolRegion,
   ): Work {
     const engine = this.#engine;
     const exec = engine.segment as SegmentExecutor;
     const startedAt = performance.timeOrigin + performance.now();
     const t0 = performance.now();
     const call = segmentCallOf(
-      request,
+      { ...request, input: pooled },
       this.ranks,
       exec.segment.layout,
       input ? bytesOf(input) : undefined,
@@ -674,7 +731,7 @@ export class CpuProcessGroup implements ProcessGroup {
     // The peers are late: the communication thread goes on with the call from where it stands.
     const submitted = engine.submit({
       ...request,
-      input: input ? pointerRegion(input) : undefined,
+      input: pooled ?? (input ? pointerRegion(input) : undefined),
       output: output ? pointerRegion(output) : undefined,
       resume: { number: run.call, state: run.state },
     }, signal);

@@ -24,7 +24,7 @@ import {
   encodeDescriptor,
   sameDescriptor,
 } from "./_descriptor.ts";
-import type { OpRequest } from "./_protocol.ts";
+import type { OpRequest, PointerRegion, Region } from "./_protocol.ts";
 import type { Reducer } from "./_reducer.ts";
 import { segmentBytesPosted, segmentCallOf, SegmentExecutor, segmentUnavailable } from "./_segment_exec.ts";
 
@@ -287,7 +287,7 @@ export class Engine {
       // transport.failed): racing transport.failed itself would add a reaction per call to a promise that
       // never settles while all is well, and those would pile up for the life of the process.
       await Promise.race([
-        runAlgorithm(ctx, op, algorithm, { input: view(op.input), output: view(op.output) }),
+        runAlgorithm(ctx, op, algorithm, { input: this.#view(op.input), output: this.#view(op.output) }),
         failed,
       ]);
       if (op.op === "avg") this.#average(op, group);
@@ -317,7 +317,13 @@ export class Engine {
   /** Runs a call through the host segment (begun here, or by the main thread and handed over). */
   async #runSegment(op: OpRequest, group: GroupState): Promise<WorkReport> {
     const exec = this.#segment as SegmentExecutor;
-    const call = segmentCallOf(op, group.ranks, exec.segment.layout, view(op.input), view(op.output));
+    const call = segmentCallOf(
+      op,
+      group.ranks,
+      exec.segment.layout,
+      this.#view(op.input),
+      this.#view(op.output),
+    );
     const run = op.resume ? exec.resume(call, op.resume.number, op.resume.state) : exec.begin(call);
     const startedAt = performance.timeOrigin + performance.now();
     const t0 = performance.now();
@@ -386,8 +392,18 @@ export class Engine {
       : op.collective === "reduceScatter"
       ? op.output
       : undefined;
-    const v = view(target);
+    const v = this.#view(target);
     if (v) this.#reducer.divide(op.dtype, v, size);
+  }
+
+  /** A tensor's bytes as this thread reaches them. */
+  #view(region: OpRequest["input"]): Uint8Array | undefined {
+    if (region !== undefined && "pool" in region) {
+      const seg = this.#segment?.segment;
+      if (seg === undefined) throw new DistError("A pool tensor reached a rank without a host segment");
+      return seg.pool(seg.rank).subarray(region.pool, region.pool + region.byteLength);
+    }
+    return view(region);
   }
 
   #scratchTop = 0;
@@ -409,7 +425,7 @@ function reduceOpOf(op: ReduceOp): ReduceOp {
   return op === "avg" ? "sum" : op;
 }
 
-function view(region: OpRequest["input"]): Uint8Array | undefined {
+function view(region: Region | PointerRegion | undefined): Uint8Array | undefined {
   if (region === undefined) return undefined;
   if ("address" in region) return pointerView(region.address, region.byteLength);
   return new Uint8Array(region.buffer, region.byteOffset, region.byteLength);

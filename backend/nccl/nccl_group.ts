@@ -17,7 +17,7 @@
  * @module
  */
 import { checkBlocks, checkGroupRanks, checkPeer, checkRank } from "../_checks.ts";
-import { checkOp, type DType, dtypeOf, dtypeSize, type ReduceOp } from "../../core/dtype.ts";
+import { checkOp, type DType, dtypeOf, dtypeSize, type ReduceOp, type TypedArray } from "../../core/dtype.ts";
 import { DistError, UnsupportedError } from "../../core/errors.ts";
 import { MemcpyKind, MemoryType } from "../../ffi/cudart/constants.ts";
 import {
@@ -44,6 +44,7 @@ import type { NcclConfigOptions } from "../../ffi/nccl/config.ts";
 import { DeviceBuffer } from "../../gpu/device_buffer.ts";
 import { Stream } from "../../gpu/stream.ts";
 import {
+  type AllocOptions,
   type AnyTensor,
   type CallOptions,
   type DeviceTensor,
@@ -380,6 +381,20 @@ export class NcclProcessGroup implements ProcessGroup {
     return this.#launch(name, "uint8", 0, [], options, (s, comm, stream) => {
       return fn({ comm, stream, symbols: s }) ?? NcclResult.Success;
     }, 0);
+  }
+
+  /** Refused: the nccl backend's tensors are device memory (`DeviceBuffer.alloc`). */
+  alloc(_count: number, _options?: AllocOptions): TypedArray {
+    throw new UnsupportedError(
+      "Cannot alloc on the nccl backend: its tensors live on the GPU; use DeviceBuffer.alloc(count, { dtype })",
+    );
+  }
+
+  /** Refused, as {@linkcode NcclProcessGroup.alloc}. */
+  release(_tensor: TypedArray): void {
+    throw new UnsupportedError(
+      "Cannot release on the nccl backend: free a DeviceBuffer with its own dispose",
+    );
   }
 
   async newGroup(ranks: readonly number[], options: GroupOptions = {}): Promise<NcclProcessGroup> {

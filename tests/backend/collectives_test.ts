@@ -59,7 +59,9 @@ async function launched(
 // product at every size).
 const PROCESS_CASES: readonly (readonly [string, number, string])[] = [
   ...[1, 2, 3, 4, 5, 8].map((n) => ["tcp", n, n === 3 ? "sweep,big" : ""] as const),
-  ...[1, 2, 3, 4, 5, 8].map((n) => ["shm", n, n === 2 || n === 4 ? "big" : n === 3 ? "sweep,big" : ""] as const),
+  ...[1, 2, 3, 4, 5, 8].map((n) =>
+    ["shm", n, n === 2 || n === 4 ? "big" : n === 3 ? "sweep,big" : ""] as const
+  ),
 ];
 /** dcomm's objects in /dev/shm (inboxes with their segment areas). */
 function shmObjects(): string[] {

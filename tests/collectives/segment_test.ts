@@ -13,7 +13,7 @@ import {
   type SegmentPlan,
   type SegmentState,
 } from "../../collectives/segment_context.ts";
-import { segmentAllReduce } from "../../collectives/segment_allreduce.ts";
+import { segmentAllReduce, segmentAllReducePooled } from "../../collectives/segment_allreduce.ts";
 import { segmentBroadcast } from "../../collectives/segment_broadcast.ts";
 import { segmentReduce } from "../../collectives/segment_reduce.ts";
 import { segmentAllGather } from "../../collectives/segment_allgather.ts";
@@ -46,6 +46,8 @@ class World {
   readonly memory: Uint8Array[][];
   readonly counters: Record<Counter, number>[];
   readonly calls: string[][];
+  /** Each member's tensor of the running call, for plans on pool tensors. */
+  tensors: Uint8Array[] = [];
 
   constructor(size: number, buffers: number, bufferBytes: number, start: number) {
     this.size = size;
@@ -65,7 +67,7 @@ class World {
 
   context(member: number, reducer: Reducer, elemSize: number, what: string): SegmentContext {
     const { memory, counters, calls } = this;
-    const world = { size: this.size, memory, counters, calls };
+    const world = { size: this.size, memory, counters, calls, tensors: () => this.tensors };
     const call = (world.counters[member].called + 1) | 0;
     world.counters[member].called = call;
     world.calls[member][call >>> 0] = what;
@@ -83,6 +85,12 @@ class World {
       },
       reduceToOutput(out: Uint8Array, b: number, offset: number): void {
         reducer.reduceMany(out, world.memory.map((m) => m[b].subarray(offset, offset + out.length)));
+      },
+      tensor: (q) => world.tensors()[q],
+      reduceTensors(offset: number, n: number): void {
+        const ts = world.tensors();
+        const srcs = ts.map((t) => t.slice(offset, offset + n));
+        reducer.reduceMany(ts[member].subarray(offset, offset + n), srcs);
       },
       counter: (q, name) => world.counters[q][name],
       publish(name: "posted" | "reduced" | "consumed", value: number): void {
@@ -121,7 +129,15 @@ class World {
       const m = members[Math.floor(rng.next() * this.size)];
       if (m.pipeline.done) continue;
       if (m.pipeline.progress()) idle = 0;
-      else if (++idle > 50 * this.size) {
+      // A member done with a plan that lends its tensor must not return while a peer still reads it.
+      if (m.pipeline.done && m.plan.lends) {
+        const last = (m.pipeline.state.base + m.plan.chunks) | 0;
+        for (let q = 0; q < this.size; q++) {
+          if (((this.counters[q].consumed - last) | 0) < 0) {
+            throw new Error(`${what}: member ${q} still reads a tensor lent by a member that is done`);
+          }
+        }
+      } else if (++idle > 50 * this.size) {
         throw new Error(
           `${what}: no member can move (waiting on ${members.map((x) => x.pipeline.waitingOn())})`,
         );
@@ -176,6 +192,19 @@ async function runMatrix(size: number, seed: number): Promise<number> {
           }, what);
           for (const b of bufs) assertReduced(b, inputs, { dtype, op, what });
           assertSameBits(bufs, what);
+
+          if (twoPhase) {
+            // The same on pool tensors: in place in every member's own tensor, which the others read.
+            const pinputs = randomInputs({ dtype, count, size, seed: ++seed });
+            world.tensors = pinputs.map((a) => bytes(a).slice());
+            const pwhat = `allReduce pooled ${tag}`;
+            world.run(rng, (q) => {
+              const ctx = ctxOf(q, pwhat);
+              return { ctx, plan: segmentAllReducePooled(ctx, count * es) };
+            }, pwhat);
+            for (const t of world.tensors) assertReduced(t, pinputs, { dtype, op, what: pwhat });
+            assertSameBits(world.tensors, pwhat);
+          }
 
           for (const root of new Set([0, size - 1])) {
             const rinputs = randomInputs({ dtype, count, size, seed: ++seed });
