@@ -1,7 +1,8 @@
 /**
  * One rank of `deno task bench:calibrate`'s segment measurement (two ranks over shared memory, started by
  * the launcher with `DCOMM_SEGMENT_PLAN` set): the median time of awaited float32 all-reduces through the
- * host segment at sizes from 8 B to 16 MiB, after a JIT warm-up. Rank 0 prints the samples.
+ * host segment at sizes from 8 B to 16 MiB, after a JIT warm-up: the fastest of 7 rounds per size. Rank
+ * 0 prints the samples.
  *
  * @module
  */

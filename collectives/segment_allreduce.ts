@@ -5,10 +5,12 @@
  * - **one-shot**: each member copies its chunk into its buffer (post); once all have, each reduces all n
  *   buffers into its output (finish). Per member: m copied in, n·m read by the reduction, m written
  *   out; one synchronisation per chunk. Cost `(k+1)·α + 2·m·β + n·m·γ`.
- * - **two-phase** (reduce-scatter then all-gather, by reading): post as above; each member reduces its
- *   shard (m/n) of every buffer into its own buffer in place (mid); once all have, each copies every
- *   member's reduced shard out (finish). Per member: m in, m read by the reduction, m out; two
- *   synchronisations per chunk. Cost `(2k+1)·α + 3·m·β + m·γ`.
+ * - **two-phase** (reduce-scatter then all-gather, by reading): each member copies into its buffer the
+ *   shards of its chunk that the others reduce, not its own (post); each reduces its own shard of its
+ *   tensor with that shard of every other member's buffer, into its tensor and its buffer (mid); once all
+ *   have, each copies every other member's reduced shard into its tensor (finish). Per member about m
+ *   read and m written in copies, m read by the reduction: 4 passes over the tensor, against 5 for
+ *   one-shot (n = 2). Two synchronisations per chunk. Cost `(2k+1)·α + 2·m·β + m·γ`.
  *
  * - **pooled** ({@linkcode segmentAllReducePooled}), when every member's tensor is in its pool: nothing is
  *   copied in; each member reduces its shard of every member's tensor into its own, in place (mid), then
@@ -17,8 +19,8 @@
  *   synchronisations per chunk. Cost `(2k+2)·α + m·β + m·γ`.
  *
  * α is one synchronisation (a counter store seen by a spinning peer), β seconds per byte copied, γ seconds
- * per byte read by a reduction: one-shot wins for few members and small chunks, two-phase when n·m of
- * reading costs more than the extra copy and synchronisations.
+ * per byte read by a reduction: one-shot wins for small tensors (one synchronisation per chunk), two-phase
+ * once (n−1)·m of extra reading costs more than k more synchronisations.
  *
  * @module
  */
@@ -62,14 +64,26 @@ export function segmentAllReduce(
   }
   return {
     chunks: chunks.count,
-    post,
+    post(c: number, b: number): void {
+      const off = c * chunks.size, n = chunks.length(c) / es, mine = ctx.buffer(ctx.rank, b);
+      for (let q = 0; q < ctx.size; q++) {
+        if (q === ctx.rank) continue;
+        const [s, e] = shardOf(n, ctx.size, q);
+        if (e > s) mine.set(buf.subarray(off + s * es, off + e * es), s * es);
+      }
+    },
     mid(c: number, b: number): void {
+      const off = c * chunks.size;
       const [s, e] = shardOf(chunks.length(c) / es, ctx.size, ctx.rank);
-      if (e > s) ctx.reduceToBuffer(b, s * es, (e - s) * es);
+      if (e > s) {
+        const own = buf.subarray(off + s * es, off + e * es);
+        ctx.reduceWithOwn(own, own, b, s * es);
+      }
     },
     finish(c: number, b: number): void {
       const off = c * chunks.size, n = chunks.length(c) / es;
       for (let q = 0; q < ctx.size; q++) {
+        if (q === ctx.rank) continue;
         const [s, e] = shardOf(n, ctx.size, q);
         if (e > s) buf.set(ctx.buffer(q, b).subarray(s * es, e * es), off + s * es);
       }

@@ -54,6 +54,12 @@ export interface SegmentContext {
    * `out = op(buffer(0, b)[offset, offset+out.length), ..., buffer(size-1, b)[...])`, in member order.
    */
   reduceToOutput(out: Uint8Array, b: number, offset: number): void;
+  /**
+   * The reduction, in member order, of this member's `own` bytes and the same range of every other
+   * member's buffer `b` (from `offset`), written into this member's buffer `b` at `offset` and into
+   * `out` (which may be `own`): this member's bytes go into the reduction without being posted first.
+   */
+  reduceWithOwn(out: Uint8Array, own: Uint8Array, b: number, offset: number): void;
   /** The value of a member's counter. */
   counter(member: number, name: "called" | "posted" | "reduced" | "consumed"): number;
   /** Stores this member's counter and wakes members that sleep. */

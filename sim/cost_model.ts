@@ -340,7 +340,7 @@ export type SegmentPlanName = "one-shot" | "two-phase";
 
 /**
  * The segment all-reduce's one-shot plan, `(k+1)·α + 2·m·β + n·m·γ`, and its two-phase plan,
- * `(2k+1)·α + 3·m·β + m·γ`, k = ⌈m/chunkBytes⌉ (see `collectives/segment_allreduce.ts`).
+ * `(2k+1)·α + 2·m·β + m·γ`, k = ⌈m/chunkBytes⌉ (see `collectives/segment_allreduce.ts`).
  *
  * @param shape The call.
  * @param constants The segment's constants.
@@ -355,7 +355,7 @@ export function segmentAllReducePlans(
   const { alpha, beta, gamma } = constants;
   return {
     "one-shot": (k + 1) * alpha + 2 * m * beta + n * m * gamma,
-    "two-phase": (2 * k + 1) * alpha + 3 * m * beta + m * gamma,
+    "two-phase": (2 * k + 1) * alpha + 2 * m * beta + m * gamma,
   };
 }
 
@@ -561,8 +561,8 @@ export interface SegmentSample {
 
 /**
  * Least-squares fit of the segment's α, β and γ to timed all-reduces of both plans, through the formulas
- * of {@linkcode segmentAllReducePlans} (linear in the three constants). A constant the fit would make
- * negative (noise) is held at 0 and the others refitted.
+ * of {@linkcode segmentAllReducePlans} (linear in the three constants), minimising relative residuals. A
+ * constant the fit would make negative (noise) is held at 0 and the others refitted.
  *
  * @param samples Timings of both plans over several sizes.
  * @returns α, β and γ.
@@ -586,8 +586,11 @@ export function fitSegmentConstants(samples: readonly SegmentSample[]): CostCons
     const k = segmentChunks(s.bytes, s.chunkBytes);
     const x = s.plan === "one-shot"
       ? [k + 1, 2 * s.bytes, s.size * s.bytes]
-      : [2 * k + 1, 3 * s.bytes, s.bytes];
-    return { x, y: s.seconds };
+      : [2 * k + 1, 2 * s.bytes, s.bytes];
+    // Relative residuals: each sample counts alike, so the microsecond ones fix α and the millisecond
+    // ones β and γ (absolute residuals would leave α to the noise of the largest sizes).
+    const w = s.seconds > 0 ? 1 / s.seconds : 1;
+    return { x: x.map((v) => v * w), y: s.seconds * w };
   });
   let free = [0, 1, 2];
   for (;;) {
@@ -601,39 +604,36 @@ export function fitSegmentConstants(samples: readonly SegmentSample[]): CostCons
   }
 }
 
-/** The least-squares solution of `a·c ≈ y` by the normal equations (Gaussian elimination, pivoting). */
+/**
+ * The least-squares solution of `a·c ≈ y` by QR (modified Gram–Schmidt on columns scaled to unit length):
+ * the normal equations square the condition number, and bytes and counts differ by orders of magnitude.
+ */
 function solveLeastSquares(a: readonly number[][], y: readonly number[]): number[] {
-  const m = a[0]?.length ?? 0;
-  // Columns scaled to unit size: bytes and counts differ by orders of magnitude.
-  const scale = Array.from(
-    { length: m },
-    (_, j) => Math.max(1e-300, Math.sqrt(a.reduce((s, r) => s + r[j] ** 2, 0))),
-  );
-  const n = Array.from(
-    { length: m },
-    (_, i) =>
-      Array.from(
-        { length: m + 1 },
-        (_, j) =>
-          j < m
-            ? a.reduce((s, r) => s + (r[i] / scale[i]) * (r[j] / scale[j]), 0)
-            : a.reduce((s, r, k) => s + (r[i] / scale[i]) * y[k], 0),
-      ),
-  );
-  for (let col = 0; col < m; col++) {
-    let pivot = col;
-    for (let r = col + 1; r < m; r++) if (Math.abs(n[r][col]) > Math.abs(n[pivot][col])) pivot = r;
-    if (!(Math.abs(n[pivot][col]) > 1e-12)) {
+  const rows = a.length, m = a[0]?.length ?? 0;
+  const q = Array.from({ length: m }, (_, j) => a.map((r) => r[j]));
+  const scale = q.map((col) => Math.sqrt(col.reduce((s, x) => s + x * x, 0)) || 1);
+  q.forEach((col, j) => col.forEach((_, i) => (col[i] /= scale[j])));
+  const r = Array.from({ length: m }, () => new Array<number>(m).fill(0));
+  for (let j = 0; j < m; j++) {
+    for (let k = 0; k < j; k++) {
+      const d = q[k].reduce((s, x, i) => s + x * q[j][i], 0);
+      r[k][j] = d;
+      for (let i = 0; i < rows; i++) q[j][i] -= d * q[k][i];
+    }
+    const norm = Math.sqrt(q[j].reduce((s, x) => s + x * x, 0));
+    if (!(norm > 1e-12)) {
       throw new RangeError(
         `Cannot fit the segment's constants: expected samples of both plans at several sizes`,
       );
     }
-    [n[col], n[pivot]] = [n[pivot], n[col]];
-    for (let r = 0; r < m; r++) {
-      if (r === col) continue;
-      const f = n[r][col] / n[col][col];
-      for (let j = col; j <= m; j++) n[r][j] -= f * n[col][j];
-    }
+    r[j][j] = norm;
+    for (let i = 0; i < rows; i++) q[j][i] /= norm;
   }
-  return n.map((row, i) => row[m] / row[i] / scale[i]);
+  const c = new Array<number>(m).fill(0);
+  for (let j = m - 1; j >= 0; j--) {
+    let v = q[j].reduce((s, x, i) => s + x * y[i], 0);
+    for (let k = j + 1; k < m; k++) v -= r[j][k] * c[k];
+    c[j] = v / r[j][j];
+  }
+  return c.map((v, j) => v / scale[j]);
 }

@@ -526,6 +526,20 @@ export class SegmentExecutor {
           out.set(kernels.heap.bytes().subarray(scratch, scratch + len), done);
         }
       },
+      reduceWithOwn(out: Uint8Array, own: Uint8Array, b: number, offset: number): void {
+        const heap = kernels.heap;
+        for (let done = 0; done < own.byteLength; done += SCRATCH_BYTES) {
+          const len = Math.min(SCRATCH_BYTES, own.byteLength - done);
+          // This rank's bytes are outside wasm memory: through the scratch, a sub-block at a time (in L1/L2).
+          heap.bytes().set(own.subarray(done, done + len), scratch);
+          for (let q = 0; q < sources.length; q++) {
+            sources[q] = q === me ? scratch : bufferAddress(q, b, offset + done);
+          }
+          const dst = bufferAddress(me, b, offset + done);
+          kernels.reduceManyPtr(call.dtype, call.op, dst, sources, len / es);
+          out.set(seg.buffer(members[me], b).subarray(offset + done, offset + done + len), done);
+        }
+      },
       tensor(q: number): Uint8Array {
         const at = tensorOffset(q);
         return seg.pool(members[q]).subarray(at, at + bytes);

@@ -86,6 +86,15 @@ class World {
       reduceToOutput(out: Uint8Array, b: number, offset: number): void {
         reducer.reduceMany(out, world.memory.map((m) => m[b].subarray(offset, offset + out.length)));
       },
+      reduceWithOwn(out: Uint8Array, own: Uint8Array, b: number, offset: number): void {
+        const srcs = world.memory.map((
+          m,
+          q,
+        ) => (q === member ? own.slice() : m[b].slice(offset, offset + own.length)));
+        const mine = world.memory[member][b].subarray(offset, offset + own.length);
+        reducer.reduceMany(mine, srcs);
+        out.set(mine);
+      },
       tensor: (q) => world.tensors()[q],
       reduceTensors(offset: number, n: number): void {
         const ts = world.tensors();
