@@ -33,7 +33,7 @@ export interface SegmentOptions {
    * place (an all-reduce of pool tensors copies nothing). Reserved in /dev/shm up front. @default 0
    */
   poolBytes?: number;
-  /** Calls whose input has at most this many bytes may run on the calling thread. @default buffers × bufferBytes */
+  /** Calls whose input has at most this many bytes may run on the calling thread (when nothing else is pending; larger calls overlap with the caller's work on the communication thread). @default 16777216 */
   inlineBytes?: number;
   /** Milliseconds such a call spins for its peers before the communication thread takes it over. @default 1 */
   inlineSpinMs?: number;

@@ -160,6 +160,11 @@ export class SegmentPipeline {
     };
   }
 
+  /** The counter the pipeline last waited on (`"called"`: a member has not begun the call). */
+  get waitingFor(): "called" | "posted" | "reduced" | "consumed" | undefined {
+    return this.#blocked?.counter;
+  }
+
   /** The members whose counters the pipeline waited for when it last could not move. */
   waitingOn(): number[] {
     const blocked = this.#blocked;

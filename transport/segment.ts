@@ -379,6 +379,19 @@ export class HostSegment {
     }
   }
 
+  /** {@linkcode HostSegment.ring} for every rank. */
+  ringAll(): void {
+    for (let r = 0; r < this.size; r++) {
+      if (r === this.rank) continue;
+      const w = this.#words[r];
+      if (Atomics.load(w, W_SLEEPING) !== 0) {
+        Atomics.add(w, W_BELL, 1);
+        const bell = this.#bells[r];
+        if (bell !== undefined) futexWake(bell);
+      }
+    }
+  }
+
   /**
    * Sleeps on this rank's doorbell (a futex wait on a pool thread; the event loop runs on) until a peer
    * rings it or `ms` pass. `stillWaiting` is asked once more after the "sleeping" flag is up, so that a

@@ -126,7 +126,7 @@ export interface EngineConfig {
   segment: SegmentLayout | null;
   /** Milliseconds the communication thread spins on the segment before it sleeps. */
   segmentSpinMs: number;
-  /** Calls with at most this many input bytes may run on the main thread. @default buffers × bufferBytes */
+  /** Calls with at most this many input bytes may run on the main thread. @default 16 MiB */
   segmentInlineBytes?: number;
   /** Milliseconds a call on the main thread waits for its peers before the Worker takes it over. */
   segmentInlineSpinMs?: number;

@@ -434,6 +434,8 @@ export class SegmentExecutor {
     entry[28] = pooled >= 0 ? 1 : 0;
     new DataView(entry.buffer, entry.byteOffset + 32, 8).setFloat64(0, pooled, true);
     Atomics.store(words, index, number);
+    // Peers asleep waiting for this rank to begin wake now.
+    seg.ringAll();
     return number;
   }
 
