@@ -14,7 +14,8 @@
  * `--peer mpi` measures the cpu backend against MPICH in one invocation (`bench/mpi.ts --backend cpu`:
  * the ranks under mpiexec, the C program's `MPI_Allreduce` loop in the same processes round by round,
  * and the C program alone); `--peer gloo` runs PyTorch's Gloo on the same sizes and ranks afterwards;
- * both together end with one table of all three. `-d` takes dcomm's dtype names and nccl-tests' (`float`,
+ * both together end with one table of all three; `--pool` gives dcomm's ranks tensors from `pg.alloc()`
+ * (the host segment's pool, all-reduced in place). `-d` takes dcomm's dtype names and nccl-tests' (`float`,
  * `half`, `double`, `bfloat16`, `int8`, `uint8`, `int32`, `uint32`, `int64`, `uint64`).
  *
  * @module
@@ -55,6 +56,7 @@ const { values } = parseArgs({
     out: { type: "string" },
     peer: { type: "string" },
     rounds: { type: "string", short: "r", default: "5" },
+    pool: { type: "boolean", default: false },
     trials: { type: "string", default: "2" },
     help: { type: "boolean", short: "h", default: false },
   },
@@ -64,7 +66,8 @@ if (values.help) {
     `Usage: deno task bench:collectives [-b 8] [-e 64M] [-f 4] [-n 20] [-w 5] [-c 1] [-o sum] [-d float32]
   [--backend cpu|mpi] [--collective allReduce|broadcast|reduce|allGather|reduceScatter|allToAll]
   [--algorithm auto] [--transport auto|tcp|shm] [--ranks 4] [--root 0] [--check-calls 1] [--out FILE]
-  [--peer mpi,gloo] [-r 5] [--trials 2]   (--peer mpi: rounds per size and runs, as bench/mpi.ts)`,
+  [--peer mpi,gloo] [-r 5] [--trials 2] [--pool]   (--peer mpi: rounds per size and runs, as bench/mpi.ts;
+  --pool: dcomm's tensors from pg.alloc(), in the host segment's pool)`,
   );
   Deno.exit(0);
 }
@@ -140,6 +143,7 @@ async function runMpi(measured: "mpi" | "cpu", out?: string): Promise<number> {
     ...["-b", values.minbytes, "-e", values.maxbytes, "-f", values.stepfactor],
     ...["-n", values.iters, "-w", values.warmup_iters, "-c", values.check],
     ...["-r", values.rounds, "--trials", values.trials],
+    ...(values.pool ? ["--pool"] : []),
     ...(file === undefined ? [] : ["--out", file]),
   ];
   const { code } = await new Deno.Command(Deno.execPath(), { args, stdout: "inherit", stderr: "inherit" })
@@ -158,13 +162,18 @@ interface MpichRow extends BenchRow {
  * sizes, and one table of the three.
  */
 async function againstPeers(): Promise<number> {
-  const out = values.out ?? new URL("./results/collectives-cpu-mpich.json", import.meta.url).pathname;
+  const out = values.out ??
+    new URL(`./results/collectives-cpu${values.pool ? "-pool" : ""}-mpich.json`, import.meta.url).pathname;
   const code = await runMpi("cpu", out);
   if (code !== 0) return code;
   const all = JSON.parse(Deno.readTextFileSync(out)) as MpichRow[];
   const dcomm = all.filter((r) => r.runner === "dcomm");
   const glooRows = peers.includes("gloo") ? await gloo(dcomm) : [];
-  console.log(`#\n# all-reduce, float32 sum, ${values.ranks} ranks: dcomm cpu (shm) against MPICH and Gloo`);
+  console.log(
+    `#\n# all-reduce, float32 sum, ${values.ranks} ranks: dcomm cpu (shm${
+      values.pool ? ", pool tensors" : ""
+    }) against MPICH and Gloo`,
+  );
   console.log(
     "#       size   dcomm (us)  busbw   MPICH here  busbw  MPICH alone  busbw  dcomm/MPICH (paired)" +
       (glooRows.length ? "    Gloo (us)  busbw  dcomm/Gloo" : ""),

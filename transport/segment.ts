@@ -199,6 +199,7 @@ export class HostSegment {
   readonly areaBytes: number;
   readonly #maps: SharedMapping[];
   readonly #words: Int32Array[];
+  readonly #f64: Float64Array[];
   readonly #bytes: Uint8Array[];
   readonly #pids: number[];
   /** Peers whose pid means something here (not in another pid namespace, as a container sharing /dev/shm). */
@@ -214,6 +215,9 @@ export class HostSegment {
     this.layout = layout;
     this.areaBytes = segmentAreaBytes(layout);
     this.#words = maps.map((m) => new Int32Array(m.buffer));
+    this.#f64 = maps.map((m) =>
+      new Float64Array(m.buffer, 0, GROUPS_OFFSET / 8 + (SEGMENT_GROUPS * GROUP_BYTES) / 8)
+    );
     this.#bytes = maps.map((m) => new Uint8Array(m.buffer));
     this.#pids = this.#words.map((w, owner) => {
       if (Atomics.load(w, W_MAGIC) !== MAGIC || w[W_VERSION] !== VERSION || w[W_RANK] !== owner) {
@@ -353,6 +357,35 @@ export class HostSegment {
     const at = GROUPS_OFFSET + group * GROUP_BYTES + LOG_OFFSET +
       ((call >>> 0) % SEGMENT_LOG) * LOG_ENTRY_BYTES;
     return this.#bytes[rank].subarray(at, at + LOG_ENTRY_BYTES);
+  }
+
+  /**
+   * The pool offset a rank logged with call `call` of a group (-1 for a call not on a pool tensor).
+   *
+   * @param rank The owner.
+   * @param group The group id.
+   * @param call The call's number.
+   * @returns The byte offset in the owner's pool.
+   */
+  logPool(rank: number, group: number, call: number): number {
+    return this.#f64[rank][this.#logPoolIndex(group, call)];
+  }
+
+  /**
+   * Logs this rank's pool offset for call `call` of a group.
+   *
+   * @param rank This rank.
+   * @param group The group id.
+   * @param call The call's number.
+   * @param offset The offset, or -1.
+   */
+  setLogPool(rank: number, group: number, call: number, offset: number): void {
+    this.#f64[rank][this.#logPoolIndex(group, call)] = offset;
+  }
+
+  #logPoolIndex(group: number, call: number): number {
+    return (GROUPS_OFFSET + group * GROUP_BYTES + LOG_OFFSET +
+      ((call >>> 0) % SEGMENT_LOG) * LOG_ENTRY_BYTES + 32) / 8;
   }
 
   /** The process id of a rank. */

@@ -200,7 +200,7 @@ export class SegmentRun {
   readonly #exec: SegmentExecutor;
   readonly #pipeline: SegmentPipeline;
   readonly #members: readonly number[];
-  readonly #description: string;
+  readonly #named: { readonly description: string };
 
   /** @internal */
   constructor(
@@ -208,13 +208,13 @@ export class SegmentRun {
     call: number,
     pipeline: SegmentPipeline,
     members: readonly number[],
-    description: string,
+    named: { readonly description: string },
   ) {
     this.#exec = exec;
     this.call = call;
     this.#pipeline = pipeline;
     this.#members = members;
-    this.#description = description;
+    this.#named = named;
   }
 
   /** Whether the call is done on this rank. */
@@ -229,7 +229,7 @@ export class SegmentRun {
 
   /** The call, as error messages name it. */
   get description(): string {
-    return this.#description;
+    return this.#named.description;
   }
 
   /**
@@ -264,7 +264,7 @@ export class SegmentRun {
           : new TransportError(`Rank ${r} aborted: ${reason}`, { peer: r });
       }
       if (liveness && r !== seg.rank && seg.exited(r)) {
-        return new TransportError(`Rank ${r} died (pid ${seg.pid(r)}) during ${this.#description}`, {
+        return new TransportError(`Rank ${r} died (pid ${seg.pid(r)}) during ${this.#named.description}`, {
           peer: r,
         });
       }
@@ -328,7 +328,7 @@ export class SegmentRun {
         const peers = this.waitingOn();
         const waiting = peers.length ? `, waiting for rank ${peers.join(", rank ")}` : "";
         throw new TimeoutError(
-          `Timed out after ${timeoutMs} ms in ${this.#description} on rank ${seg.rank}${waiting}`,
+          `Timed out after ${timeoutMs} ms in ${this.#named.description} on rank ${seg.rank}${waiting}`,
         );
       }
       const stillWaiting = (): boolean => !this.#pipeline.progress();
@@ -356,6 +356,8 @@ export class SegmentExecutor {
   readonly #maps: SharedMapping[];
   readonly #scratch: number;
   readonly #memoryAddress: bigint;
+  #memoryBuffer: ArrayBufferLike;
+  readonly #groups = new Map<number, GroupMemory>();
   #closed = false;
 
   /**
@@ -374,6 +376,7 @@ export class SegmentExecutor {
     this.#wasmBytes = area * segment.size;
     this.#wasmBase = heap.alloc(this.#wasmBytes, 65536);
     this.#memoryAddress = memoryAddress(heap.memory);
+    this.#memoryBuffer = heap.memory.buffer;
     this.#maps = [];
     this.#wasm = [];
     for (let r = 0; r < segment.size; r++) {
@@ -396,7 +399,7 @@ export class SegmentExecutor {
    * @returns The run.
    */
   begin(call: SegmentCall): SegmentRun {
-    const number = this.beginCall(call.group, (seq) => this.#descriptor(call, seq), call.pooled ?? -1);
+    const number = this.beginCall(call.group, (seq) => descriptorOf(call, seq), call.pooled ?? -1);
     const words = this.segment.words(this.segment.rank);
     const base = Atomics.load(words, this.segment.counterIndex(call.group, "posted"));
     return this.#run(call, number, { base, posted: 0, reduced: 0, finished: 0, checked: false });
@@ -432,7 +435,7 @@ export class SegmentExecutor {
     entry.set(encodeDescriptor(describe(number >>> 0), ALGORITHM_NAMES));
     // Byte 28 (reserved in the descriptor) says whether the call is on pool tensors; its offset follows.
     entry[28] = pooled >= 0 ? 1 : 0;
-    new DataView(entry.buffer, entry.byteOffset + 32, 8).setFloat64(0, pooled, true);
+    seg.setLogPool(me, group, number, pooled);
     Atomics.store(words, index, number);
     // Peers asleep waiting for this rank to begin wake now.
     seg.ringAll();
@@ -449,153 +452,241 @@ export class SegmentExecutor {
     mapAnonymousAt(target, this.#wasmBytes);
   }
 
-  #descriptor(call: SegmentCall, seq: number): CallDescriptor {
-    return {
-      group: call.group,
-      seq,
-      collective: call.collective,
-      dtype: call.dtype,
-      op: call.op,
-      algorithm: "segment",
-      root: call.collective === "broadcast" || call.collective === "reduce" ? call.root : 0,
-      count: call.count,
-      servers: 0,
-    };
-  }
-
   #run(call: SegmentCall, number: number, state: SegmentState): SegmentRun {
     if (this.#closed) throw new DistError("The process group is closed");
-    if (memoryAddress(this.#kernels.heap.memory) !== this.#memoryAddress) {
-      throw new DistError("WebAssembly memory moved; the segment mapping is lost (grow it before mapping)");
+    const memory = this.#kernels.heap.memory;
+    if (memory.buffer !== this.#memoryBuffer) {
+      // Memory grew: it must have grown in place, or the mapping is lost.
+      if (memoryAddress(memory) !== this.#memoryAddress) {
+        throw new DistError("WebAssembly memory moved; the segment mapping is lost (grow it before mapping)");
+      }
+      this.#memoryBuffer = memory.buffer;
     }
-    const seg = this.segment, kernels = this.#kernels, wasm = this.#wasm;
-    const members = call.members;
-    const me = members.indexOf(seg.rank);
-    const group = call.group;
-    const es = dtypeSize(call.dtype);
-    const { buffers, bufferBytes } = seg.layout;
-    const counters = {
+    const ctx = new CallContext(this.#groupOf(call), call, number, this.#kernels, this.#scratch);
+    const plan = planOf(ctx, call);
+    return new SegmentRun(this, number, new SegmentPipeline(ctx, plan, state), call.members, ctx);
+  }
+
+  /** What a group's calls share (the members' words, the counters' indices), made once per group. */
+  #groupOf(call: SegmentCall): GroupMemory {
+    const known = this.#groups.get(call.group);
+    if (known !== undefined && known.members === call.members) return known;
+    const seg = this.segment, group = call.group, members = call.members;
+    const made: GroupMemory = {
+      seg,
+      group,
+      members,
+      me: members.indexOf(seg.rank),
+      wasm: members.map((r) => this.#wasm[r]),
+      words: members.map((r) => seg.words(r)),
       called: seg.counterIndex(group, "called"),
       posted: seg.counterIndex(group, "posted"),
       reduced: seg.counterIndex(group, "reduced"),
       consumed: seg.counterIndex(group, "consumed"),
+      sources: new Array<number>(members.length),
+      pool: poolOffset(seg.layout),
     };
-    const memberWords = members.map((r) => seg.words(r));
-    const myWords = seg.words(seg.rank);
-    const mine = this.#descriptor(call, number >>> 0);
-    const myEntry = seg.logEntry(seg.rank, group, number);
-    const checked = members.map((r) => r === seg.rank);
-    const bufferAddress = (q: number, b: number, offset: number): number =>
-      wasm[members[q]] + SEGMENT_HEADER_BYTES + b * bufferBytes + offset;
-    const sources = new Array<number>(members.length);
-    const scratch = this.#scratch;
-    // Pool tensors: where each member's is (its offset, logged when it began the call).
-    const pool = poolOffset(seg.layout);
-    const bytes = call.count * es;
-    const tensorOffsets: number[] = [];
-    const tensorOffset = (q: number): number => {
-      if (tensorOffsets[q] === undefined) {
-        const entry = seg.logEntry(members[q], group, number);
-        tensorOffsets[q] = q === me ? call.pooled ?? -1 : new DataView(entry.buffer, entry.byteOffset + 32, 8)
-          .getFloat64(0, true);
-        if (!(tensorOffsets[q] >= 0 && tensorOffsets[q] + bytes <= (seg.layout.poolBytes ?? 0))) {
+    this.#groups.set(group, made);
+    return made;
+  }
+}
+
+/** A group's memory as its calls reach it (made once per group by the executor). */
+interface GroupMemory {
+  readonly seg: HostSegment;
+  readonly group: number;
+  readonly members: readonly number[];
+  /** This rank's index in `members`. */
+  readonly me: number;
+  /** Each member's area in this thread's wasm memory. */
+  readonly wasm: readonly number[];
+  /** Each member's area as words. */
+  readonly words: readonly Int32Array[];
+  readonly called: number;
+  readonly posted: number;
+  readonly reduced: number;
+  readonly consumed: number;
+  /** The kernels' source addresses, reused call after call. */
+  readonly sources: number[];
+  /** Where the pool starts in an area. */
+  readonly pool: number;
+}
+
+/** One call's {@linkcode SegmentContext}: its methods on the prototype, so a call allocates little. */
+class CallContext implements SegmentContext {
+  readonly rank: number;
+  readonly size: number;
+  readonly elemSize: number;
+  readonly buffers: number;
+  readonly bufferBytes: number;
+  readonly call: number;
+  readonly #g: GroupMemory;
+  readonly #c: SegmentCall;
+  readonly #kernels: Kernels;
+  readonly #scratch: number;
+  readonly #bytes: number;
+  #checked: boolean[] | undefined;
+  #tensorOffsets: number[] | undefined;
+
+  constructor(g: GroupMemory, call: SegmentCall, number: number, kernels: Kernels, scratch: number) {
+    this.#g = g;
+    this.#c = call;
+    this.#kernels = kernels;
+    this.#scratch = scratch;
+    this.rank = g.me;
+    this.size = g.members.length;
+    this.elemSize = dtypeSize(call.dtype);
+    this.buffers = g.seg.layout.buffers;
+    this.bufferBytes = g.seg.layout.bufferBytes;
+    this.call = number;
+    this.#bytes = call.count * this.elemSize;
+  }
+
+  /** The call as error messages name it (made only when one is needed). */
+  get description(): string {
+    return describeCall(descriptorOf(this.#c, this.call >>> 0));
+  }
+
+  buffer(q: number, b: number): Uint8Array {
+    return this.#g.seg.buffer(this.#g.members[q], b);
+  }
+
+  #address(q: number, b: number, offset: number): number {
+    return this.#g.wasm[q] + SEGMENT_HEADER_BYTES + b * this.bufferBytes + offset;
+  }
+
+  reduceToBuffer(b: number, offset: number, bytes: number): void {
+    const sources = this.#g.sources;
+    for (let q = 0; q < sources.length; q++) sources[q] = this.#address(q, b, offset);
+    const c = this.#c;
+    this.#kernels.reduceManyPtr(
+      c.dtype,
+      c.op,
+      this.#address(this.rank, b, offset),
+      sources,
+      bytes / this.elemSize,
+    );
+  }
+
+  reduceToOutput(out: Uint8Array, b: number, offset: number): void {
+    const sources = this.#g.sources, c = this.#c, k = this.#kernels, scratch = this.#scratch;
+    for (let done = 0; done < out.byteLength; done += SCRATCH_BYTES) {
+      const len = Math.min(SCRATCH_BYTES, out.byteLength - done);
+      for (let q = 0; q < sources.length; q++) sources[q] = this.#address(q, b, offset + done);
+      k.reduceManyPtr(c.dtype, c.op, scratch, sources, len / this.elemSize);
+      out.set(k.heap.bytes().subarray(scratch, scratch + len), done);
+    }
+  }
+
+  reduceWithOwn(out: Uint8Array, own: Uint8Array, b: number, offset: number): void {
+    const sources = this.#g.sources, c = this.#c, k = this.#kernels, scratch = this.#scratch;
+    const mine = this.buffer(this.rank, b);
+    for (let done = 0; done < own.byteLength; done += SCRATCH_BYTES) {
+      const len = Math.min(SCRATCH_BYTES, own.byteLength - done);
+      // This rank's bytes are outside wasm memory: through the scratch, a sub-block at a time (in L1/L2).
+      k.heap.bytes().set(own.subarray(done, done + len), scratch);
+      for (let q = 0; q < sources.length; q++) {
+        sources[q] = q === this.rank ? scratch : this.#address(q, b, offset + done);
+      }
+      k.reduceManyPtr(
+        c.dtype,
+        c.op,
+        this.#address(this.rank, b, offset + done),
+        sources,
+        len / this.elemSize,
+      );
+      out.set(mine.subarray(offset + done, offset + done + len), done);
+    }
+  }
+
+  #tensorOffset(q: number): number {
+    const offsets = this.#tensorOffsets ??= [];
+    if (offsets[q] === undefined) {
+      const g = this.#g;
+      offsets[q] = q === this.rank ? this.#c.pooled ?? -1 : g.seg.logPool(g.members[q], g.group, this.call);
+      if (!(offsets[q] >= 0 && offsets[q] + this.#bytes <= (g.seg.layout.poolBytes ?? 0))) {
+        throw new MismatchError(
+          `Rank ${g.members[q]} logged no pool tensor of ${this.#bytes} bytes for call #${this.call} in ` +
+            `group ${g.group}`,
+        );
+      }
+    }
+    return offsets[q];
+  }
+
+  tensor(q: number): Uint8Array {
+    const at = this.#tensorOffset(q);
+    return this.#g.seg.pool(this.#g.members[q]).subarray(at, at + this.#bytes);
+  }
+
+  reduceTensors(offset: number, n: number): void {
+    const g = this.#g, sources = g.sources, c = this.#c;
+    for (let q = 0; q < sources.length; q++) sources[q] = g.wasm[q] + g.pool + this.#tensorOffset(q) + offset;
+    this.#kernels.reduceManyPtr(c.dtype, c.op, sources[this.rank], sources, n / this.elemSize);
+  }
+
+  counter(q: number, name: "called" | "posted" | "reduced" | "consumed"): number {
+    return Atomics.load(this.#g.words[q], this.#g[name]);
+  }
+
+  publish(name: "posted" | "reduced" | "consumed", value: number): void {
+    const g = this.#g;
+    Atomics.store(g.words[g.me], g[name], value);
+    g.seg.ring(g.members);
+  }
+
+  checkCall(): boolean {
+    const g = this.#g, number = this.call, size = this.size;
+    // Members checked so far (this rank's own from the start).
+    const checked = this.#checked ??= Array.from({ length: size }, (_, q) => q === this.rank);
+    let all = true;
+    const myEntry = g.seg.logEntry(g.seg.rank, g.group, number);
+    for (let q = 0; q < size; q++) {
+      if (checked[q]) continue;
+      if (!reached(Atomics.load(g.words[q], g.called), number)) {
+        all = false;
+        continue;
+      }
+      const theirs = g.seg.logEntry(g.members[q], g.group, number);
+      // A member far ahead may have logged over this call; its seq field then says so.
+      const seq = theirs[4] | theirs[5] << 8 | theirs[6] << 16 | theirs[7] << 24;
+      if ((seq | 0) === number) {
+        if (theirs[28] !== myEntry[28]) {
+          const [p, n] = theirs[28] ? [g.members[q], g.seg.rank] : [g.seg.rank, g.members[q]];
           throw new MismatchError(
-            `Rank ${
-              members[q]
-            } logged no pool tensor of ${bytes} bytes for call #${number} in group ${group}`,
+            `Mismatched calls: rank ${p} passed a tensor from pg.alloc() (its pool) to ${this.description} ` +
+              `but rank ${n} an ordinary one: either every rank of a call passes a pool tensor or none does`,
           );
         }
+        for (let i = 0; i < 32; i++) {
+          if (theirs[i] !== myEntry[i]) {
+            const d = decodeDescriptor(theirs.slice(0, 32), ALGORITHM_NAMES);
+            throw new MismatchError(
+              `Mismatched calls: rank ${g.members[q]} called ${describeCall(d)} but rank ${g.seg.rank} ` +
+                `called ${this.description}`,
+            );
+          }
+        }
       }
-      return tensorOffsets[q];
-    };
-    const ctx: SegmentContext = {
-      rank: me,
-      size: members.length,
-      elemSize: es,
-      buffers,
-      bufferBytes,
-      call: number,
-      buffer: (q, b) => seg.buffer(members[q], b),
-      reduceToBuffer(b: number, offset: number, bytes: number): void {
-        for (let q = 0; q < sources.length; q++) sources[q] = bufferAddress(q, b, offset);
-        kernels.reduceManyPtr(call.dtype, call.op, bufferAddress(me, b, offset), sources, bytes / es);
-      },
-      reduceToOutput(out: Uint8Array, b: number, offset: number): void {
-        for (let done = 0; done < out.byteLength; done += SCRATCH_BYTES) {
-          const len = Math.min(SCRATCH_BYTES, out.byteLength - done);
-          for (let q = 0; q < sources.length; q++) sources[q] = bufferAddress(q, b, offset + done);
-          kernels.reduceManyPtr(call.dtype, call.op, scratch, sources, len / es);
-          out.set(kernels.heap.bytes().subarray(scratch, scratch + len), done);
-        }
-      },
-      reduceWithOwn(out: Uint8Array, own: Uint8Array, b: number, offset: number): void {
-        const heap = kernels.heap;
-        for (let done = 0; done < own.byteLength; done += SCRATCH_BYTES) {
-          const len = Math.min(SCRATCH_BYTES, own.byteLength - done);
-          // This rank's bytes are outside wasm memory: through the scratch, a sub-block at a time (in L1/L2).
-          heap.bytes().set(own.subarray(done, done + len), scratch);
-          for (let q = 0; q < sources.length; q++) {
-            sources[q] = q === me ? scratch : bufferAddress(q, b, offset + done);
-          }
-          const dst = bufferAddress(me, b, offset + done);
-          kernels.reduceManyPtr(call.dtype, call.op, dst, sources, len / es);
-          out.set(seg.buffer(members[me], b).subarray(offset + done, offset + done + len), done);
-        }
-      },
-      tensor(q: number): Uint8Array {
-        const at = tensorOffset(q);
-        return seg.pool(members[q]).subarray(at, at + bytes);
-      },
-      reduceTensors(offset: number, n: number): void {
-        for (let q = 0; q < sources.length; q++) {
-          sources[q] = wasm[members[q]] + pool + tensorOffset(q) + offset;
-        }
-        kernels.reduceManyPtr(call.dtype, call.op, sources[me], sources, n / es);
-      },
-      counter: (q, name) => Atomics.load(memberWords[q], counters[name]),
-      publish(name: "posted" | "reduced" | "consumed", value: number): void {
-        Atomics.store(myWords, counters[name], value);
-        seg.ring(members);
-      },
-      checkCall(): boolean {
-        let all = true;
-        for (let q = 0; q < members.length; q++) {
-          if (checked[q]) continue;
-          if (!reached(Atomics.load(memberWords[q], counters.called), number)) {
-            all = false;
-            continue;
-          }
-          const theirs = seg.logEntry(members[q], group, number);
-          // A member far ahead may have logged over this call; its seq field then says so.
-          const seq = theirs[4] | theirs[5] << 8 | theirs[6] << 16 | theirs[7] << 24;
-          if ((seq | 0) === number) {
-            if (theirs[28] !== myEntry[28]) {
-              const [p, n] = theirs[28] ? [members[q], seg.rank] : [seg.rank, members[q]];
-              throw new MismatchError(
-                `Mismatched calls: rank ${p} passed a tensor from pg.alloc() (its pool) to ${
-                  describeCall(mine)
-                } ` +
-                  `but rank ${n} an ordinary one: either every rank of a call passes a pool tensor or none does`,
-              );
-            }
-            for (let i = 0; i < 32; i++) {
-              if (theirs[i] !== myEntry[i]) {
-                const d = decodeDescriptor(theirs.slice(), ALGORITHM_NAMES);
-                throw new MismatchError(
-                  `Mismatched calls: rank ${members[q]} called ${describeCall(d)} but rank ${seg.rank} ` +
-                    `called ${describeCall(mine)}`,
-                );
-              }
-            }
-          }
-          checked[q] = true;
-        }
-        return all;
-      },
-    };
-    const plan = planOf(ctx, call);
-    return new SegmentRun(this, number, new SegmentPipeline(ctx, plan, state), members, describeCall(mine));
+      checked[q] = true;
+    }
+    return all;
   }
+}
+
+/** A segment call's descriptor: what its peers compare. */
+function descriptorOf(call: SegmentCall, seq: number): CallDescriptor {
+  return {
+    group: call.group,
+    seq,
+    collective: call.collective,
+    dtype: call.dtype,
+    op: call.op,
+    algorithm: "segment",
+    root: call.collective === "broadcast" || call.collective === "reduce" ? call.root : 0,
+    count: call.count,
+    servers: 0,
+  };
 }
 
 function memoryAddress(memory: WebAssembly.Memory): bigint {
