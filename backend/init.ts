@@ -35,7 +35,7 @@ export interface SegmentOptions {
   poolBytes?: number;
   /** Calls whose input has at most this many bytes may run on the calling thread (when nothing else is pending; larger calls overlap with the caller's work on the communication thread). @default 16777216 */
   inlineBytes?: number;
-  /** Milliseconds such a call spins for its peers before the communication thread takes it over. @default 1 */
+  /** Milliseconds such a call spins for its peers before the communication thread takes it over. @default 4 */
   inlineSpinMs?: number;
   /** Milliseconds the communication thread spins on the segment before it sleeps. @default 0.2 */
   spinMs?: number;

@@ -200,6 +200,7 @@ export class HostSegment {
   readonly #maps: SharedMapping[];
   readonly #words: Int32Array[];
   readonly #f64: Float64Array[];
+  readonly #views: DataView[];
   readonly #bytes: Uint8Array[];
   readonly #pids: number[];
   /** Peers whose pid means something here (not in another pid namespace, as a container sharing /dev/shm). */
@@ -215,6 +216,7 @@ export class HostSegment {
     this.layout = layout;
     this.areaBytes = segmentAreaBytes(layout);
     this.#words = maps.map((m) => new Int32Array(m.buffer));
+    this.#views = maps.map((m) => new DataView(m.buffer));
     this.#f64 = maps.map((m) =>
       new Float64Array(m.buffer, 0, GROUPS_OFFSET / 8 + (SEGMENT_GROUPS * GROUP_BYTES) / 8)
     );
@@ -357,6 +359,38 @@ export class HostSegment {
     const at = GROUPS_OFFSET + group * GROUP_BYTES + LOG_OFFSET +
       ((call >>> 0) % SEGMENT_LOG) * LOG_ENTRY_BYTES;
     return this.#bytes[rank].subarray(at, at + LOG_ENTRY_BYTES);
+  }
+
+  /**
+   * A rank's whole area as bytes.
+   *
+   * @param rank The owner.
+   * @returns The bytes.
+   */
+  area(rank: number): Uint8Array {
+    return this.#bytes[rank];
+  }
+
+  /**
+   * A rank's whole area as a DataView.
+   *
+   * @param rank The owner.
+   * @returns The view.
+   */
+  view(rank: number): DataView {
+    return this.#views[rank];
+  }
+
+  /**
+   * Where the log entry of call `call` of a group starts in every area (its 32-byte descriptor, then the
+   * pool offset at byte 32).
+   *
+   * @param group The group id.
+   * @param call The call's number.
+   * @returns The byte offset.
+   */
+  logOffset(group: number, call: number): number {
+    return GROUPS_OFFSET + group * GROUP_BYTES + LOG_OFFSET + ((call >>> 0) % SEGMENT_LOG) * LOG_ENTRY_BYTES;
   }
 
   /**

@@ -580,11 +580,15 @@ export class Kernels {
     this.#count(n);
     const bytes = n * dtypeSize(dtype);
     this.#inMemory(dstPtr, bytes, "dstPtr");
-    for (let j = 0; j < k; j++) this.#inMemory(srcPtrs[j], bytes, `srcPtrs[${j}]`);
+    // (The role's name is made only for the error: a template string per source per call is garbage.)
+    for (let j = 0; j < k; j++) {
+      if (!this.#fits(srcPtrs[j], bytes)) this.#inMemory(srcPtrs[j], bytes, `srcPtrs[${j}]`);
+    }
     const heap = this.#heap, mark = heap.top;
     try {
       const list = heap.alloc(4 * k, 4);
-      this.#wordView().set(srcPtrs, list >>> 2);
+      const words = this.#wordView();
+      for (let j = 0; j < k; j++) words[(list >>> 2) + j] = srcPtrs[j];
       this.#ok(this.#reduceN(code, opc, dstPtr, list, k, n), "reduce");
     } finally {
       heap.reset(mark);
@@ -654,6 +658,11 @@ export class Kernels {
     if (!Number.isInteger(n) || n < 0) {
       throw new RangeError(`Cannot run the kernel: expected n to be an integer >= 0, found ${n}`);
     }
+  }
+
+  #fits(ptr: number, bytes: number): boolean {
+    return Number.isInteger(ptr) && Number.isInteger(bytes) && ptr >= 0 && bytes >= 0 &&
+      ptr + bytes <= this.#heap.memory.buffer.byteLength;
   }
 
   #inMemory(ptr: number, bytes: number, role: string): void {

@@ -45,7 +45,7 @@ import { segmentAllGather } from "../../collectives/segment_allgather.ts";
 import { segmentReduceScatter } from "../../collectives/segment_reduce_scatter.ts";
 import { segmentAllToAll } from "../../collectives/segment_alltoall.ts";
 import { segmentBarrier } from "../../collectives/segment_barrier.ts";
-import { type CallDescriptor, decodeDescriptor, describeCall, encodeDescriptor } from "./_descriptor.ts";
+import { type CallDescriptor, decodeDescriptor, describeCall, encodeDescriptorInto } from "./_descriptor.ts";
 import { ALGORITHM_NAMES } from "./_dispatch.ts";
 import type { Collective, OpRequest } from "./_protocol.ts";
 
@@ -431,10 +431,10 @@ export class SegmentExecutor {
     const words = seg.words(me);
     const index = seg.counterIndex(group, "called");
     const number = (Atomics.load(words, index) + 1) | 0;
-    const entry = seg.logEntry(me, group, number);
-    entry.set(encodeDescriptor(describe(number >>> 0), ALGORITHM_NAMES));
+    const at = seg.logOffset(group, number);
+    encodeDescriptorInto(describe(number >>> 0), ALGORITHM_NAMES, seg.view(me), at);
     // Byte 28 (reserved in the descriptor) says whether the call is on pool tensors; its offset follows.
-    entry[28] = pooled >= 0 ? 1 : 0;
+    seg.area(me)[at + 28] = pooled >= 0 ? 1 : 0;
     seg.setLogPool(me, group, number, pooled);
     Atomics.store(words, index, number);
     // Peers asleep waiting for this rank to begin wake now.
@@ -525,7 +525,8 @@ class CallContext implements SegmentContext {
   readonly #kernels: Kernels;
   readonly #scratch: number;
   readonly #bytes: number;
-  #checked: boolean[] | undefined;
+  #checkedBits = 0;
+  #checkedMany: boolean[] | undefined;
   #tensorOffsets: number[] | undefined;
 
   constructor(g: GroupMemory, call: SegmentCall, number: number, kernels: Kernels, scratch: number) {
@@ -637,30 +638,32 @@ class CallContext implements SegmentContext {
 
   checkCall(): boolean {
     const g = this.#g, number = this.call, size = this.size;
-    // Members checked so far (this rank's own from the start).
-    const checked = this.#checked ??= Array.from({ length: size }, (_, q) => q === this.rank);
+    // Members checked so far (this rank's own from the start): one bit each up to 31 members.
+    let checked = this.#checkedBits;
+    if (checked === 0) checked = 1 << this.rank;
     let all = true;
-    const myEntry = g.seg.logEntry(g.seg.rank, g.group, number);
+    const at = g.seg.logOffset(g.group, number);
+    const mine = g.seg.area(g.seg.rank);
     for (let q = 0; q < size; q++) {
-      if (checked[q]) continue;
+      if (q < 31 ? (checked >>> q) & 1 : this.#checkedMany?.[q]) continue;
       if (!reached(Atomics.load(g.words[q], g.called), number)) {
         all = false;
         continue;
       }
-      const theirs = g.seg.logEntry(g.members[q], g.group, number);
+      const theirs = g.seg.area(g.members[q]);
       // A member far ahead may have logged over this call; its seq field then says so.
-      const seq = theirs[4] | theirs[5] << 8 | theirs[6] << 16 | theirs[7] << 24;
+      const seq = theirs[at + 4] | theirs[at + 5] << 8 | theirs[at + 6] << 16 | theirs[at + 7] << 24;
       if ((seq | 0) === number) {
-        if (theirs[28] !== myEntry[28]) {
-          const [p, n] = theirs[28] ? [g.members[q], g.seg.rank] : [g.seg.rank, g.members[q]];
+        if (theirs[at + 28] !== mine[at + 28]) {
+          const [p, n] = theirs[at + 28] ? [g.members[q], g.seg.rank] : [g.seg.rank, g.members[q]];
           throw new MismatchError(
             `Mismatched calls: rank ${p} passed a tensor from pg.alloc() (its pool) to ${this.description} ` +
               `but rank ${n} an ordinary one: either every rank of a call passes a pool tensor or none does`,
           );
         }
         for (let i = 0; i < 32; i++) {
-          if (theirs[i] !== myEntry[i]) {
-            const d = decodeDescriptor(theirs.slice(0, 32), ALGORITHM_NAMES);
+          if (theirs[at + i] !== mine[at + i]) {
+            const d = decodeDescriptor(theirs.slice(at, at + 32), ALGORITHM_NAMES);
             throw new MismatchError(
               `Mismatched calls: rank ${g.members[q]} called ${describeCall(d)} but rank ${g.seg.rank} ` +
                 `called ${this.description}`,
@@ -668,8 +671,10 @@ class CallContext implements SegmentContext {
           }
         }
       }
-      checked[q] = true;
+      if (q < 31) checked |= 1 << q;
+      else (this.#checkedMany ??= [])[q] = true;
     }
+    this.#checkedBits = checked;
     return all;
   }
 }

@@ -85,7 +85,7 @@ export class EngineHandle {
   /** Calls of at most this many input bytes may run on the main thread (when nothing else is pending). */
   inlineBytes = 0;
   /** Milliseconds a call on the main thread spins for its peers before the communication thread takes it over. */
-  inlineSpinMs = 1;
+  inlineSpinMs = 4;
   /** This rank's pool in the host segment, as the main thread sees it, and its allocator. */
   pool: { bytes: Uint8Array; allocator: PoolAllocator } | undefined;
   /** Whether the Worker may reach tensors by address (FFI is allowed): no staging copies. */
