@@ -113,9 +113,11 @@ export interface MeasureOptions {
   /** Extra warm-up calls before the first size. @default 200 */
   firstWarmup?: number;
   /**
-   * Calls of a 1 KiB all-reduce before the first size, for each implementation: they take the JIT to its
-   * optimising tier (a few hundred calls leave the hot path in a baseline tier, and the first size then
-   * measures the compiler rather than the backend). @default 3000
+   * Calls of a 1 KiB all-reduce before the first size, for each implementation, and a third as many of a
+   * 256 KiB one: they take the JIT to its optimising tier on the paths of small and mid-size calls (a few
+   * hundred calls leave the hot path in a baseline tier, and the first size then measures the compiler
+   * rather than the backend; the cpu backend's two-phase plan, from about 64 KiB, runs code the 1 KiB calls
+   * never reach, which compiled during the first timed rounds at 0.7–8 ms a call). @default 3000
    */
   jitWarmup?: number;
   /** Other all-reduce implementations to time alongside. @default [] */
@@ -190,14 +192,18 @@ export async function measureAllReduce(
   options: MeasureOptions = {},
 ): Promise<AllReduceSample[][]> {
   const { iters = 20, warmup = 5, check = true, repeats = 1, firstWarmup = 200, others = [] } = options;
-  const small = new Float32Array(256);
-  for (
-    const call of [
-      (): Promise<unknown> => pg.allReduce(small).wait(),
-      ...others.map((peer) => () => peer.call(small)),
-    ]
-  ) {
-    for (let w = 0; w < (options.jitWarmup ?? 3000); w++) await call();
+  const jit = options.jitWarmup ?? 3000;
+  for (const [count, calls] of [[256, jit], [65536, Math.ceil(jit / 3)]]) {
+    const w = options.tensors?.make(count) ?? new Float32Array(count);
+    for (
+      const call of [
+        (): Promise<unknown> => pg.allReduce(w).wait(),
+        ...others.map((peer) => () => peer.call(w)),
+      ]
+    ) {
+      for (let i = 0; i < calls; i++) await call();
+    }
+    options.tensors?.done(w);
   }
   const out: AllReduceSample[][] = [];
   for (const bytes of sizes) {
