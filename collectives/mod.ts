@@ -1,7 +1,10 @@
 /**
- * The collective algorithms, one per file, and a registry of them by name for each collective. Every
- * algorithm runs on a {@linkcode CollectiveContext} (group-local ranks, a reduce function, scratch), for
- * any group size and any whole number of elements.
+ * The collective algorithms, one per file, and the tables built from their descriptors
+ * ({@linkcode ALGORITHM_DESCRIPTORS}, `algorithms.ts`): the names of each collective in order of
+ * preference ({@linkcode ALGORITHMS}), a registry of the message algorithms for each collective (each runs
+ * on a {@linkcode CollectiveContext}: group-local ranks, a reduce function, scratch; for any group size
+ * and any whole number of elements), the segment plans ({@linkcode SEGMENT_PLANS}) and the cost functions
+ * by name ({@linkcode COST_FUNCTIONS}, {@linkcode predict}).
  *
  * The `"segment"` algorithms (`segment_*.ts`) are of another kind: the ranks of one host read each
  * other's shared buffers instead of exchanging messages, and run as plans of chunks on a
@@ -24,184 +27,192 @@
  *
  * @module
  */
-import type { CollectiveContext } from "./comm.ts";
+import type { CostConstants, CostFunction, CostShape } from "../sim/cost_model.ts";
 import {
+  ALGORITHM_DESCRIPTORS,
+  type AlgorithmDescriptor,
   type AlgorithmName,
   type AllGatherAlgorithm,
   type AllReduceAlgorithm,
+  type AllReduceFn,
   type AllToAllAlgorithm,
   type BarrierAlgorithm,
+  type BarrierFn,
+  type BlocksFn,
   type BroadcastAlgorithm,
   type Collective,
-  type CostConstants,
-  predict,
+  type MessageRunOf,
   type ReduceAlgorithm,
   type ReduceScatterAlgorithm,
-} from "../sim/cost_model.ts";
-import { binomialBroadcast } from "./binomial_broadcast.ts";
-import { binomialReduce } from "./binomial_reduce.ts";
-import { chainBroadcast } from "./chain_broadcast.ts";
-import { directAllReduce } from "./direct_allreduce.ts";
-import { disseminationBarrier } from "./dissemination_barrier.ts";
-import { halvingDoublingAllReduce } from "./halving_doubling_allreduce.ts";
-import { halvingReduceScatter } from "./halving_reduce_scatter.ts";
-import { pairwiseAllToAll } from "./pairwise_alltoall.ts";
-import { psAllReduce } from "./ps_allreduce.ts";
-import { recursiveDoublingAllGather } from "./recursive_doubling_allgather.ts";
-import { ringAllGather } from "./ring_allgather.ts";
-import { ringAllReduce } from "./ring_allreduce.ts";
-import { ringReduceScatter } from "./ring_reduce_scatter.ts";
-import { doubleTreeAllReduce, treeAllReduce } from "./tree_allreduce.ts";
-import { segmentAllReduce } from "./segment_allreduce.ts";
-import { segmentBroadcast } from "./segment_broadcast.ts";
-import { segmentReduce } from "./segment_reduce.ts";
-import { segmentAllGather } from "./segment_allgather.ts";
-import { segmentReduceScatter } from "./segment_reduce_scatter.ts";
-import { segmentAllToAll } from "./segment_alltoall.ts";
-import { segmentBarrier } from "./segment_barrier.ts";
+  type RootedFn,
+  type SegmentPlanOf,
+} from "./algorithms.ts";
 
+export { ALGORITHM_DESCRIPTORS };
+export type {
+  AlgorithmDescriptor,
+  AlgorithmKind,
+  AllReduceOptions,
+  MessageAlgorithm,
+  SegmentAlgorithm,
+} from "./algorithms.ts";
 export type {
   AlgorithmName,
   AllGatherAlgorithm,
   AllReduceAlgorithm,
+  AllReduceFn,
   AllToAllAlgorithm,
   BarrierAlgorithm,
+  BarrierFn,
+  BlocksFn,
   BroadcastAlgorithm,
   Collective,
+  MessageRunOf,
   ReduceAlgorithm,
   ReduceScatterAlgorithm,
+  RootedFn,
+  SegmentPlanOf,
 };
 export type { CollectiveContext, Comm } from "./comm.ts";
 export type { SegmentContext, SegmentPlan, SegmentState } from "./segment_context.ts";
 export { SegmentPipeline } from "./segment_context.ts";
 export type { SegmentAllReduceOptions } from "./segment_allreduce.ts";
-export {
-  segmentAllGather,
-  segmentAllReduce,
-  segmentAllToAll,
-  segmentBarrier,
-  segmentBroadcast,
-  segmentReduce,
-  segmentReduceScatter,
-};
-export {
-  binomialBroadcast,
-  binomialReduce,
-  chainBroadcast,
-  directAllReduce,
-  disseminationBarrier,
-  doubleTreeAllReduce,
-  halvingDoublingAllReduce,
-  halvingReduceScatter,
-  pairwiseAllToAll,
-  psAllReduce,
-  recursiveDoublingAllGather,
-  ringAllGather,
-  ringAllReduce,
-  ringReduceScatter,
-  treeAllReduce,
-};
-export type { PsAllReduceOptions } from "./ps_allreduce.ts";
+export { segmentAllReduce } from "./segment_allreduce.ts";
+export { segmentBroadcast } from "./segment_broadcast.ts";
+export { segmentReduce } from "./segment_reduce.ts";
+export { segmentAllGather } from "./segment_allgather.ts";
+export { segmentReduceScatter } from "./segment_reduce_scatter.ts";
+export { segmentAllToAll } from "./segment_alltoall.ts";
+export { segmentBarrier } from "./segment_barrier.ts";
+export { binomialBroadcast } from "./binomial_broadcast.ts";
+export { binomialReduce } from "./binomial_reduce.ts";
+export { chainBroadcast } from "./chain_broadcast.ts";
+export { directAllReduce } from "./direct_allreduce.ts";
+export { disseminationBarrier } from "./dissemination_barrier.ts";
+export { halvingDoublingAllReduce } from "./halving_doubling_allreduce.ts";
+export { halvingReduceScatter } from "./halving_reduce_scatter.ts";
+export { pairwiseAllToAll } from "./pairwise_alltoall.ts";
+export { psAllReduce, type PsAllReduceOptions } from "./ps_allreduce.ts";
+export { recursiveDoublingAllGather } from "./recursive_doubling_allgather.ts";
+export { ringAllGather } from "./ring_allgather.ts";
+export { ringAllReduce } from "./ring_allreduce.ts";
+export { ringReduceScatter } from "./ring_reduce_scatter.ts";
+export { doubleTreeAllReduce, treeAllReduce } from "./tree_allreduce.ts";
 
-/** Options any all-reduce algorithm accepts; each reads only its own. */
-export interface AllReduceOptions {
-  /** Parameter servers, for `"ps"`. @default the group size */
-  servers?: number;
+// ---- the tables, built from the descriptors ------------------------------------------------------
+
+/** The descriptors of each collective, in the list's order (the order of preference). */
+const BY_COLLECTIVE: Readonly<Record<Collective, readonly AlgorithmDescriptor[]>> = (() => {
+  const table: Partial<Record<Collective, AlgorithmDescriptor[]>> = {};
+  for (const d of ALGORITHM_DESCRIPTORS as readonly AlgorithmDescriptor[]) {
+    (table[d.collective] ??= []).push(d);
+  }
+  for (const list of Object.values(table)) Object.freeze(list);
+  return Object.freeze(table as Record<Collective, AlgorithmDescriptor[]>);
+})();
+
+/** A frozen table with, for each collective in the list's order, what `entry` makes of its descriptors. */
+function perCollective<T>(entry: (descriptors: readonly AlgorithmDescriptor[]) => T): Record<Collective, T> {
+  const entries = Object.entries(BY_COLLECTIVE).map(([c, list]) => [c, entry(list)]);
+  return Object.freeze(Object.fromEntries(entries));
 }
-
-/** An all-reduce algorithm: in place on `buf`. */
-export type AllReduceFn = (
-  ctx: CollectiveContext,
-  buf: Uint8Array,
-  options?: AllReduceOptions,
-) => Promise<void>;
-/** An all-gather or reduce-scatter or all-to-all algorithm: `input` to `output`. */
-export type BlocksFn = (ctx: CollectiveContext, input: Uint8Array, output: Uint8Array) => Promise<void>;
-/** A rooted algorithm (broadcast, reduce): in place on `buf`, around `root`. */
-export type RootedFn = (ctx: CollectiveContext, buf: Uint8Array, root: number) => Promise<void>;
-/** A barrier algorithm. */
-export type BarrierFn = (ctx: CollectiveContext) => Promise<void>;
-
-/** A collective's message algorithms: all but `"segment"`. */
-type Messages<A extends string> = Exclude<A, "segment">;
-
-/** All-reduce algorithms by name. */
-export const ALL_REDUCE_ALGORITHMS: Readonly<Record<Messages<AllReduceAlgorithm>, AllReduceFn>> = Object
-  .freeze({
-    "ring": ringAllReduce,
-    "tree": treeAllReduce,
-    "double-tree": doubleTreeAllReduce,
-    "halving-doubling": halvingDoublingAllReduce,
-    "ps": psAllReduce,
-    "direct": directAllReduce,
-  });
-
-/** All-gather algorithms by name: `(ctx, input, output)`, output = n × input. */
-export const ALL_GATHER_ALGORITHMS: Readonly<Record<Messages<AllGatherAlgorithm>, BlocksFn>> = Object.freeze({
-  "ring": ringAllGather,
-  "recursive-doubling": recursiveDoublingAllGather,
-});
-
-/** Reduce-scatter algorithms by name: `(ctx, input, output)`, input = n × output. */
-export const REDUCE_SCATTER_ALGORITHMS: Readonly<Record<Messages<ReduceScatterAlgorithm>, BlocksFn>> = Object
-  .freeze({
-    ring: ringReduceScatter,
-    halving: halvingReduceScatter,
-  });
-
-/** Broadcast algorithms by name. */
-export const BROADCAST_ALGORITHMS: Readonly<Record<Messages<BroadcastAlgorithm>, RootedFn>> = Object.freeze({
-  binomial: binomialBroadcast,
-  chain: chainBroadcast,
-});
-
-/** Reduce algorithms by name. */
-export const REDUCE_ALGORITHMS: Readonly<Record<Messages<ReduceAlgorithm>, RootedFn>> = Object.freeze({
-  binomial: binomialReduce,
-});
-
-/** All-to-all algorithms by name: `(ctx, input, output)`, equal blocks. */
-export const ALL_TO_ALL_ALGORITHMS: Readonly<Record<Messages<AllToAllAlgorithm>, BlocksFn>> = Object.freeze({
-  pairwise: pairwiseAllToAll,
-});
-
-/** Barrier algorithms by name. */
-export const BARRIER_ALGORITHMS: Readonly<Record<Messages<BarrierAlgorithm>, BarrierFn>> = Object.freeze({
-  dissemination: disseminationBarrier,
-});
-
-/** The segment algorithms, by collective: each makes a plan of chunks (see `segment_context.ts`). */
-export const SEGMENT_PLANS: {
-  readonly allReduce: typeof segmentAllReduce;
-  readonly allGather: typeof segmentAllGather;
-  readonly reduceScatter: typeof segmentReduceScatter;
-  readonly broadcast: typeof segmentBroadcast;
-  readonly reduce: typeof segmentReduce;
-  readonly allToAll: typeof segmentAllToAll;
-  readonly barrier: typeof segmentBarrier;
-} = Object.freeze({
-  allReduce: segmentAllReduce,
-  allGather: segmentAllGather,
-  reduceScatter: segmentReduceScatter,
-  broadcast: segmentBroadcast,
-  reduce: segmentReduce,
-  allToAll: segmentAllToAll,
-  barrier: segmentBarrier,
-});
 
 /**
  * Every algorithm name of each collective, in order of preference: when the model prices two the same
  * (ring and co-located ps, for one), the earlier wins.
  */
-export const ALGORITHMS: { readonly [C in Collective]: readonly AlgorithmName[C][] } = Object.freeze({
-  allReduce: ["segment", "ring", "halving-doubling", "double-tree", "tree", "direct", "ps"],
-  allGather: ["segment", "ring", "recursive-doubling"],
-  reduceScatter: ["segment", "ring", "halving"],
-  broadcast: ["segment", "binomial", "chain"],
-  reduce: ["segment", "binomial"],
-  allToAll: ["segment", "pairwise"],
-  barrier: ["segment", "dissemination"],
-});
+export const ALGORITHMS: { readonly [C in Collective]: readonly AlgorithmName[C][] } = perCollective(
+  (list) => Object.freeze(list.map((d) => d.name)),
+) as { readonly [C in Collective]: readonly AlgorithmName[C][] };
+
+/** A collective's message algorithms: all but `"segment"`. */
+type Messages<A extends string> = Exclude<A, "segment">;
+
+/** The registry of a collective's message algorithms, by name. */
+function registry<C extends Collective>(
+  collective: C,
+): Readonly<Record<Messages<AlgorithmName[C]>, MessageRunOf[C]>> {
+  const entries = BY_COLLECTIVE[collective].flatMap((d) => d.kind === "messages" ? [[d.name, d.run]] : []);
+  return Object.freeze(Object.fromEntries(entries));
+}
+
+/** All-reduce algorithms by name. */
+export const ALL_REDUCE_ALGORITHMS: Readonly<Record<Messages<AllReduceAlgorithm>, AllReduceFn>> = registry(
+  "allReduce",
+);
+/** All-gather algorithms by name: `(ctx, input, output)`, output = n × input. */
+export const ALL_GATHER_ALGORITHMS: Readonly<Record<Messages<AllGatherAlgorithm>, BlocksFn>> = registry(
+  "allGather",
+);
+/** Reduce-scatter algorithms by name: `(ctx, input, output)`, input = n × output. */
+export const REDUCE_SCATTER_ALGORITHMS: Readonly<Record<Messages<ReduceScatterAlgorithm>, BlocksFn>> =
+  registry("reduceScatter");
+/** Broadcast algorithms by name. */
+export const BROADCAST_ALGORITHMS: Readonly<Record<Messages<BroadcastAlgorithm>, RootedFn>> = registry(
+  "broadcast",
+);
+/** Reduce algorithms by name. */
+export const REDUCE_ALGORITHMS: Readonly<Record<Messages<ReduceAlgorithm>, RootedFn>> = registry("reduce");
+/** All-to-all algorithms by name: `(ctx, input, output)`, equal blocks. */
+export const ALL_TO_ALL_ALGORITHMS: Readonly<Record<Messages<AllToAllAlgorithm>, BlocksFn>> = registry(
+  "allToAll",
+);
+/** Barrier algorithms by name. */
+export const BARRIER_ALGORITHMS: Readonly<Record<Messages<BarrierAlgorithm>, BarrierFn>> = registry(
+  "barrier",
+);
+
+/** The segment algorithms, by collective: each makes a plan of chunks (see `segment_context.ts`). */
+export const SEGMENT_PLANS: Readonly<SegmentPlanOf> = perCollective((list) => {
+  const d = list.find((d) => d.kind === "segment");
+  return d?.kind === "segment" ? d.plan : undefined;
+}) as Readonly<SegmentPlanOf>;
+
+/** The cost function of every algorithm, by collective and name. */
+export const COST_FUNCTIONS: {
+  readonly [C in Collective]: Readonly<Record<AlgorithmName[C], CostFunction>>;
+} = perCollective((list) => Object.freeze(Object.fromEntries(list.map((d) => [d.name, d.cost])))) as {
+  readonly [C in Collective]: Readonly<Record<AlgorithmName[C], CostFunction>>;
+};
+
+/** A call shape with the constants to price it at. */
+export interface PredictOptions extends CostShape {
+  /** The transport's constants. */
+  readonly constants: CostConstants;
+}
+
+/**
+ * Predicted seconds of one algorithm of one collective, by its cost function in `sim/cost_model.ts`.
+ *
+ * @param collective The collective.
+ * @param algorithm One of its algorithm names.
+ * @param options The call shape and the constants.
+ * @returns Seconds.
+ * @throws {RangeError} If the algorithm is unknown or the shape is invalid.
+ *
+ * @example Barrier on 8 ranks costs three latencies
+ * ```ts
+ * import { predict } from "./mod.ts";
+ * import assert from "node:assert/strict";
+ * const constants = { alpha: 0.5, beta: 1e-9, gamma: 1e-10 };
+ * assert.equal(predict("barrier", "dissemination", { size: 8, bytes: 0, constants }), 1.5);
+ * ```
+ */
+export function predict<C extends Collective>(
+  collective: C,
+  algorithm: AlgorithmName[C],
+  options: PredictOptions,
+): number {
+  const table = COST_FUNCTIONS[collective] as Readonly<Record<string, CostFunction>> | undefined;
+  const fn = table?.[algorithm];
+  if (fn === undefined) {
+    throw new RangeError(
+      `Unknown algorithm: expected one of ${Object.keys(table ?? {}).join(", ")} for ${collective}, ` +
+        `found ${String(algorithm)}`,
+    );
+  }
+  return fn(options, options.constants);
+}
 
 /** What {@linkcode chooseAlgorithm} prices. */
 export interface ChooseOptions {
@@ -246,11 +257,11 @@ export function chooseAlgorithm<C extends Collective>(
   if (options.segment) return "segment" as AlgorithmName[C];
   let best: AlgorithmName[C] | undefined;
   let bestCost = Infinity;
-  for (const name of ALGORITHMS[collective] as readonly AlgorithmName[C][]) {
-    if (name === "segment") continue;
-    const cost = predict(collective, name, { size, bytes, constants, chunkBytes, servers });
+  for (const d of BY_COLLECTIVE[collective]) {
+    if (d.kind === "segment") continue;
+    const cost = d.cost({ size, bytes, chunkBytes, servers }, constants);
     if (best === undefined || cost < bestCost * (1 - TIE)) {
-      best = name;
+      best = d.name as AlgorithmName[C];
       bestCost = cost;
     }
   }

@@ -2,8 +2,12 @@
  * The alpha-beta-gamma cost model of every collective algorithm in `collectives/`: α seconds per message,
  * β seconds per byte on a rank's link (each direction), γ seconds per byte reduced. One function per
  * algorithm predicts the seconds for n ranks and m bytes; each states the same formula as the comment at
- * the top of its algorithm's file. {@linkcode predict} looks the function up by name, and
- * {@linkcode fitConstants} fits α and β to ping-pong timings.
+ * the top of its algorithm's file. {@linkcode fitConstants} and {@linkcode fitSegmentConstants} fit the
+ * constants to timings.
+ *
+ * This module knows no algorithm names: each algorithm's descriptor in `collectives/algorithms.ts` names
+ * its cost function, and `collectives/mod.ts` builds the lookup by name from them (`COST_FUNCTIONS`,
+ * `predict`) that `"auto"` uses.
  *
  * The model counts a chunked message as k messages (k = ⌈bytes/chunkBytes⌉) and charges every rank's
  * sends and receives to its own link; it knows nothing of topology or contention, so it ranks algorithms
@@ -14,10 +18,11 @@
  *
  * @example Ring against tree for 64 MiB on 16 ranks over TCP
  * ```ts
- * import { DEFAULT_TCP_CONSTANTS, predict } from "./cost_model.ts";
+ * import { DEFAULT_TCP_CONSTANTS, ringAllReduceCost, treeAllReduceCost } from "./cost_model.ts";
  * import assert from "node:assert/strict";
- * const shape = { size: 16, bytes: 64 << 20, constants: DEFAULT_TCP_CONSTANTS };
- * assert.ok(predict("allReduce", "ring", shape) < predict("allReduce", "tree", shape));
+ * const shape = { size: 16, bytes: 64 << 20 };
+ * const k = DEFAULT_TCP_CONSTANTS;
+ * assert.ok(ringAllReduceCost(shape, k) < treeAllReduceCost(shape, k));
  * ```
  *
  * @module
@@ -48,56 +53,6 @@ export interface CostShape {
 
 /** A model of one algorithm: predicted seconds for a call shape and constants. */
 export type CostFunction = (shape: CostShape, constants: CostConstants) => number;
-
-/** The collectives dcomm runs. */
-export type Collective =
-  | "allReduce"
-  | "allGather"
-  | "reduceScatter"
-  | "broadcast"
-  | "reduce"
-  | "allToAll"
-  | "barrier";
-
-/** All-reduce algorithms. */
-export type AllReduceAlgorithm =
-  | "segment"
-  | "ring"
-  | "tree"
-  | "double-tree"
-  | "halving-doubling"
-  | "ps"
-  | "direct";
-/** All-gather algorithms. */
-export type AllGatherAlgorithm = "segment" | "ring" | "recursive-doubling";
-/** Reduce-scatter algorithms. */
-export type ReduceScatterAlgorithm = "segment" | "ring" | "halving";
-/** Broadcast algorithms. */
-export type BroadcastAlgorithm = "segment" | "binomial" | "chain";
-/** Reduce algorithms. */
-export type ReduceAlgorithm = "segment" | "binomial";
-/** All-to-all algorithms. */
-export type AllToAllAlgorithm = "segment" | "pairwise";
-/** Barrier algorithms. */
-export type BarrierAlgorithm = "segment" | "dissemination";
-
-/** The algorithm names of each collective. */
-export interface AlgorithmName {
-  /** See {@linkcode AllReduceAlgorithm}. */
-  allReduce: AllReduceAlgorithm;
-  /** See {@linkcode AllGatherAlgorithm}. */
-  allGather: AllGatherAlgorithm;
-  /** See {@linkcode ReduceScatterAlgorithm}. */
-  reduceScatter: ReduceScatterAlgorithm;
-  /** See {@linkcode BroadcastAlgorithm}. */
-  broadcast: BroadcastAlgorithm;
-  /** See {@linkcode ReduceAlgorithm}. */
-  reduce: ReduceAlgorithm;
-  /** See {@linkcode AllToAllAlgorithm}. */
-  allToAll: AllToAllAlgorithm;
-  /** See {@linkcode BarrierAlgorithm}. */
-  barrier: BarrierAlgorithm;
-}
 
 /** The chunk size assumed when a shape names none (the backend should pass its own `chunkBytes`). */
 export const DEFAULT_CHUNK_BYTES = 256 * 1024;
@@ -426,74 +381,6 @@ export function segmentAllToAllCost(shape: CostShape, constants: CostConstants):
 export function segmentBarrierCost(shape: CostShape, constants: CostConstants): number {
   const { n } = unpack(shape);
   return n === 1 ? 0 : constants.alpha;
-}
-
-/** The cost function of every algorithm, by collective and name. */
-export const COST_FUNCTIONS: {
-  readonly [C in Collective]: Readonly<Record<AlgorithmName[C], CostFunction>>;
-} = Object.freeze({
-  allReduce: {
-    "segment": segmentAllReduceCost,
-    "ring": ringAllReduceCost,
-    "tree": treeAllReduceCost,
-    "double-tree": doubleTreeAllReduceCost,
-    "halving-doubling": halvingDoublingAllReduceCost,
-    "ps": psAllReduceCost,
-    "direct": directAllReduceCost,
-  },
-  allGather: {
-    "segment": segmentAllGatherCost,
-    "ring": ringAllGatherCost,
-    "recursive-doubling": recursiveDoublingAllGatherCost,
-  },
-  reduceScatter: {
-    segment: segmentReduceScatterCost,
-    ring: ringReduceScatterCost,
-    halving: halvingReduceScatterCost,
-  },
-  broadcast: { segment: segmentBroadcastCost, binomial: binomialBroadcastCost, chain: chainBroadcastCost },
-  reduce: { segment: segmentReduceCost, binomial: binomialReduceCost },
-  allToAll: { segment: segmentAllToAllCost, pairwise: pairwiseAllToAllCost },
-  barrier: { segment: segmentBarrierCost, dissemination: disseminationBarrierCost },
-});
-
-/** A call shape with the constants to price it at. */
-export interface PredictOptions extends CostShape {
-  /** The transport's constants. */
-  readonly constants: CostConstants;
-}
-
-/**
- * Predicted seconds of one algorithm of one collective.
- *
- * @param collective The collective.
- * @param algorithm One of its algorithm names.
- * @param options The call shape and the constants.
- * @returns Seconds.
- * @throws {RangeError} If the algorithm is unknown or the shape is invalid.
- *
- * @example Barrier on 8 ranks costs three latencies
- * ```ts
- * import { predict } from "./cost_model.ts";
- * import assert from "node:assert/strict";
- * const constants = { alpha: 0.5, beta: 1e-9, gamma: 1e-10 };
- * assert.equal(predict("barrier", "dissemination", { size: 8, bytes: 0, constants }), 1.5);
- * ```
- */
-export function predict<C extends Collective>(
-  collective: C,
-  algorithm: AlgorithmName[C],
-  options: PredictOptions,
-): number {
-  const table = COST_FUNCTIONS[collective] as Readonly<Record<string, CostFunction>> | undefined;
-  const fn = table?.[algorithm];
-  if (fn === undefined) {
-    throw new RangeError(
-      `Unknown algorithm: expected one of ${Object.keys(table ?? {}).join(", ")} for ${collective}, ` +
-        `found ${String(algorithm)}`,
-    );
-  }
-  return fn(options, options.constants);
 }
 
 /** One ping-pong measurement: one-way seconds (half the round trip) for a message of `bytes`. */

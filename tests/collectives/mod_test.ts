@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import {
+  ALGORITHM_DESCRIPTORS,
   ALGORITHMS,
   ALL_GATHER_ALGORITHMS,
   ALL_REDUCE_ALGORITHMS,
@@ -8,17 +9,13 @@ import {
   BROADCAST_ALGORITHMS,
   chooseAlgorithm,
   type Collective,
+  COST_FUNCTIONS,
+  predict,
   REDUCE_ALGORITHMS,
   REDUCE_SCATTER_ALGORITHMS,
   SEGMENT_PLANS,
 } from "../../collectives/mod.ts";
-import {
-  COST_FUNCTIONS,
-  DEFAULT_CONSTANTS,
-  DEFAULT_INPROC_CONSTANTS,
-  DEFAULT_TCP_CONSTANTS,
-  predict,
-} from "../../sim/cost_model.ts";
+import * as model from "../../sim/cost_model.ts";
 import { assertReduced, bytes, copyBytes, randomInputs, runWorld } from "./_harness.ts";
 import {
   checkAllGather,
@@ -29,6 +26,8 @@ import {
   checkReduceScatter,
 } from "./_cases.ts";
 
+const { DEFAULT_CONSTANTS, DEFAULT_INPROC_CONSTANTS, DEFAULT_SHM_CONSTANTS, DEFAULT_TCP_CONSTANTS } = model;
+
 const REGISTRIES: Record<Collective, Readonly<Record<string, unknown>>> = {
   allReduce: ALL_REDUCE_ALGORITHMS,
   allGather: ALL_GATHER_ALGORITHMS,
@@ -38,16 +37,111 @@ const REGISTRIES: Record<Collective, Readonly<Record<string, unknown>>> = {
   allToAll: ALL_TO_ALL_ALGORITHMS,
   barrier: BARRIER_ALGORITHMS,
 };
+const COLLECTIVES = Object.keys(REGISTRIES) as Collective[];
 
-Deno.test("ALGORITHMS, the registries and the cost model name the same algorithms", () => {
-  for (const c of Object.keys(REGISTRIES) as Collective[]) {
-    const names = [...ALGORITHMS[c]].sort();
-    // Every collective has a segment plan besides its message algorithms.
-    assert.equal(typeof SEGMENT_PLANS[c], "function", c);
-    assert.deepEqual([...Object.keys(REGISTRIES[c]), "segment"].sort(), names, c);
-    assert.deepEqual(Object.keys(COST_FUNCTIONS[c]).sort(), names, c);
+Deno.test("ALGORITHM_DESCRIPTORS has one descriptor per (collective, name) and one segment plan per collective", () => {
+  const keys = ALGORITHM_DESCRIPTORS.map((d) => `${d.collective}/${d.name}`);
+  assert.deepEqual([...new Set(keys)], keys, "a (collective, name) listed twice");
+  assert.deepEqual([...new Set(ALGORITHM_DESCRIPTORS.map((d) => d.collective))], COLLECTIVES);
+  for (const c of COLLECTIVES) {
+    const own = ALGORITHM_DESCRIPTORS.filter((d) => d.collective === c);
+    // Grouped by collective: the preference order of a collective is the order of one contiguous run.
+    const first = ALGORITHM_DESCRIPTORS.findIndex((d) => d.collective === c);
+    assert.deepEqual(ALGORITHM_DESCRIPTORS.slice(first, first + own.length), own, c);
+    const segments = own.filter((d) => d.kind === "segment");
+    assert.deepEqual(segments.map((d) => d.name), ["segment"], c);
+    assert.equal(own[0].kind, "segment", `${c}: the segment comes first`);
+    for (const d of own) {
+      assert.equal(d.kind === "segment", d.name === "segment", `${c}/${d.name}: kind ${d.kind}`);
+      assert.equal(typeof (d.kind === "segment" ? d.plan : d.run), "function", `${c}/${d.name}`);
+      assert.ok(d.summary.length > 0 && !d.summary.includes("\n"), `${c}/${d.name}: summary`);
+    }
   }
-  assert.deepEqual(Object.keys(COST_FUNCTIONS).sort(), Object.keys(REGISTRIES).sort());
+  const bruck = ALGORITHM_DESCRIPTORS.find((d) =>
+    d.collective === "allGather" && d.name === "recursive-doubling"
+  );
+  assert.match(bruck?.summary ?? "", /Bruck/);
+});
+
+Deno.test("ALGORITHMS, the registries, SEGMENT_PLANS and COST_FUNCTIONS are the descriptors' tables", () => {
+  assert.deepEqual(Object.keys(ALGORITHMS), COLLECTIVES);
+  assert.deepEqual(Object.keys(COST_FUNCTIONS), COLLECTIVES);
+  assert.deepEqual(Object.keys(SEGMENT_PLANS), COLLECTIVES);
+  for (const c of COLLECTIVES) {
+    const own = ALGORITHM_DESCRIPTORS.filter((d) => d.collective === c);
+    assert.deepEqual(ALGORITHMS[c], own.map((d) => d.name), c);
+    assert.deepEqual(
+      Object.entries(REGISTRIES[c]),
+      own.flatMap((d) => d.kind === "messages" ? [[d.name, d.run]] : []),
+      c,
+    );
+    assert.equal(SEGMENT_PLANS[c], own.find((d) => d.kind === "segment")?.plan, c);
+    assert.deepEqual(Object.entries(COST_FUNCTIONS[c]), own.map((d) => [d.name, d.cost]), c);
+  }
+  // The preference order, as the README lists it.
+  assert.deepEqual(ALGORITHMS, {
+    allReduce: ["segment", "ring", "halving-doubling", "double-tree", "tree", "direct", "ps"],
+    allGather: ["segment", "ring", "recursive-doubling"],
+    reduceScatter: ["segment", "ring", "halving"],
+    broadcast: ["segment", "binomial", "chain"],
+    reduce: ["segment", "binomial"],
+    allToAll: ["segment", "pairwise"],
+    barrier: ["segment", "dissemination"],
+  });
+  for (
+    const table of [
+      ALGORITHM_DESCRIPTORS,
+      ALGORITHMS,
+      SEGMENT_PLANS,
+      COST_FUNCTIONS,
+      ...Object.values(REGISTRIES),
+    ]
+  ) {
+    assert.ok(Object.isFrozen(table));
+  }
+});
+
+Deno.test("every descriptor's cost function is one of sim/cost_model.ts's, prices a shape, and is 0 on one rank", () => {
+  const costFunctions = Object.entries(model).filter(([name, v]) =>
+    name.endsWith("Cost") && typeof v === "function"
+  );
+  const used = new Set(ALGORITHM_DESCRIPTORS.map((d) => d.cost));
+  for (const [name, fn] of costFunctions) {
+    assert.ok(used.has(fn as model.CostFunction), `${name} has no descriptor`);
+  }
+  for (const d of ALGORITHM_DESCRIPTORS) {
+    const what = `${d.collective}/${d.name}`;
+    assert.ok(costFunctions.some(([, fn]) => fn === d.cost), `${what}: not a cost function of the model`);
+    for (const constants of Object.values(DEFAULT_CONSTANTS)) {
+      const t = d.cost({ size: 5, bytes: 1 << 20, chunkBytes: 1 << 16 }, constants);
+      assert.ok(Number.isFinite(t) && t > 0, `${what}: ${t}`);
+      assert.equal(d.cost({ size: 1, bytes: 1 << 20 }, constants), 0, `${what} on one rank`);
+    }
+  }
+});
+
+Deno.test("predict() dispatches to the named cost function and rejects unknown names", () => {
+  const constants = DEFAULT_SHM_CONSTANTS;
+  for (const d of ALGORITHM_DESCRIPTORS) {
+    const shape = { size: 6, bytes: 12345, chunkBytes: 1024 };
+    // deno-lint-ignore no-explicit-any
+    assert.equal(predict(d.collective, d.name as any, { ...shape, constants }), d.cost(shape, constants));
+  }
+  // deno-lint-ignore no-explicit-any
+  assert.throws(() => predict("allReduce", "bogus" as any, { size: 2, bytes: 8, constants }), {
+    name: "RangeError",
+    message:
+      /Unknown algorithm: expected one of segment, ring, halving-doubling, .* for allReduce, found bogus/,
+  });
+  assert.throws(() => predict("allReduce", "ring", { size: 0, bytes: 8, constants }), RangeError);
+  assert.throws(() => predict("allReduce", "ps", { size: 4, bytes: 8, servers: 5, constants }), RangeError);
+});
+
+Deno.test("predict() prices the dissemination barrier at ⌈log2 n⌉ latencies", () => {
+  const constants = { alpha: 1, beta: 1, gamma: 1 };
+  for (const [n, rounds] of [[1, 0], [2, 1], [3, 2], [8, 3], [9, 4]]) {
+    assert.equal(predict("barrier", "dissemination", { size: n, bytes: 0, constants }), rounds);
+  }
 });
 
 Deno.test("ALL_REDUCE_ALGORITHMS entries all compute the same sum, ps with its servers option", async () => {
@@ -119,7 +213,7 @@ Deno.test("chooseAlgorithm() picks the ring for large all-reduces on many ranks"
 
 Deno.test("chooseAlgorithm() returns the cheapest prediction, preferring the earlier name on ties", () => {
   const constants = DEFAULT_INPROC_CONSTANTS;
-  for (const c of Object.keys(REGISTRIES) as Collective[]) {
+  for (const c of COLLECTIVES) {
     for (const size of [1, 2, 3, 8, 33]) {
       for (const b of [0, 64, 1 << 16, 1 << 26]) {
         const name = chooseAlgorithm(c, { bytes: b, size, constants });

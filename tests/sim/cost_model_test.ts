@@ -1,16 +1,16 @@
 import assert from "node:assert/strict";
+import * as model from "../../sim/cost_model.ts";
 import {
-  type Collective,
-  COST_FUNCTIONS,
   type CostConstants,
+  type CostFunction,
   DEFAULT_CONSTANTS,
   DEFAULT_INPROC_CONSTANTS,
   DEFAULT_SHM_CONSTANTS,
   DEFAULT_TCP_CONSTANTS,
+  disseminationBarrierCost,
   doubleTreeAllReduceCost,
   fitConstants,
   halvingDoublingAllReduceCost,
-  predict,
   psAllReduceCost,
   ringAllReduceCost,
   treeAllReduceCost,
@@ -25,10 +25,11 @@ const CHUNKS = [64, 65536, Infinity];
 function* everyModel(): Generator<
   [string, (b: number, n: number, chunk: number, k: CostConstants) => number]
 > {
-  for (const [c, table] of Object.entries(COST_FUNCTIONS)) {
-    for (const [name, fn] of Object.entries(table)) {
-      yield [`${c}/${name}`, (bytes, size, chunkBytes, k) => fn({ bytes, size, chunkBytes }, k)];
-    }
+  // Every cost function the module exports (the model names no algorithms; collectives/ maps names to these).
+  for (const [name, fn] of Object.entries(model)) {
+    if (!name.endsWith("Cost") || typeof fn !== "function") continue;
+    const cost = fn as CostFunction;
+    yield [name, (bytes, size, chunkBytes, k) => cost({ bytes, size, chunkBytes }, k)];
   }
 }
 
@@ -53,7 +54,7 @@ Deno.test("every cost function is non-decreasing in bytes", () => {
 Deno.test("every cost function is 0 on one rank, and every data collective is 0 for 0 bytes", () => {
   for (const [name, cost] of everyModel()) {
     for (const b of BYTES) assert.equal(cost(b, 1, 64, UNIT), 0, name);
-    if (!name.startsWith("barrier")) { for (const n of SIZES) assert.equal(cost(0, n, 64, UNIT), 0, name); }
+    if (!name.endsWith("BarrierCost")) { for (const n of SIZES) assert.equal(cost(0, n, 64, UNIT), 0, name); }
   }
 });
 
@@ -92,27 +93,9 @@ Deno.test("doubleTreeAllReduceCost() approaches half the tree's bandwidth term f
   assert.ok(Math.abs(tree / m - 3) < 0.01 && Math.abs(dtree / m - 2) < 0.01, `${tree / m} ${dtree / m}`);
 });
 
-Deno.test("predict() dispatches to the named cost function and rejects unknown names", () => {
-  const constants = DEFAULT_SHM_CONSTANTS;
-  for (const [c, table] of Object.entries(COST_FUNCTIONS)) {
-    for (const [name, fn] of Object.entries(table)) {
-      const shape = { size: 6, bytes: 12345, chunkBytes: 1024 };
-      // deno-lint-ignore no-explicit-any
-      assert.equal(predict(c as Collective, name as any, { ...shape, constants }), fn(shape, constants));
-    }
-  }
-  // deno-lint-ignore no-explicit-any
-  assert.throws(() => predict("allReduce", "bogus" as any, { size: 2, bytes: 8, constants }), {
-    name: "RangeError",
-    message: /Unknown algorithm: expected one of segment, ring, tree, .* for allReduce, found bogus/,
-  });
-  assert.throws(() => predict("allReduce", "ring", { size: 0, bytes: 8, constants }), RangeError);
-  assert.throws(() => predict("allReduce", "ps", { size: 4, bytes: 8, servers: 5, constants }), RangeError);
-});
-
-Deno.test("predict() prices the barrier at ⌈log2 n⌉ latencies", () => {
+Deno.test("disseminationBarrierCost() is ⌈log2 n⌉ latencies", () => {
   for (const [n, rounds] of [[1, 0], [2, 1], [3, 2], [8, 3], [9, 4]]) {
-    assert.equal(predict("barrier", "dissemination", { size: n, bytes: 0, constants: UNIT }), rounds);
+    assert.equal(disseminationBarrierCost({ size: n, bytes: 0 }, UNIT), rounds);
   }
 });
 
