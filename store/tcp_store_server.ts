@@ -221,6 +221,17 @@ export class TcpStoreServer implements AsyncDisposable {
     for (const session of this.#sessions) session.conn.unref();
   }
 
+  /**
+   * Undoes {@linkcode TcpStoreServer.unref}: the server keeps the event loop alive again (while the world
+   * closes, so that waiting for the other ranks to check out is not the last thing pending when the loop
+   * decides it has nothing left to do).
+   */
+  ref(): void {
+    this.#unref = false;
+    this.#listener.ref();
+    for (const session of this.#sessions) session.conn.ref();
+  }
+
   /** Same as {@linkcode TcpStoreServer.close}, for `await using`. */
   [Symbol.asyncDispose](): Promise<void> {
     return this.close();

@@ -10,21 +10,8 @@ import type { SegmentState } from "../../collectives/segment_context.ts";
 import type { SegmentAddress, SegmentLayout } from "../../transport/segment.ts";
 import type { WorkReport } from "../work.ts";
 
-/** The collectives, in the order of their wire codes (1-based). */
-export const COLLECTIVES = [
-  "allReduce",
-  "broadcast",
-  "reduce",
-  "allGather",
-  "reduceScatter",
-  "allToAll",
-  "barrier",
-  "send",
-  "recv",
-] as const;
-
-/** A collective's name. */
-export type Collective = typeof COLLECTIVES[number];
+export { type Collective, COLLECTIVES } from "../_front.ts";
+import type { Collective } from "../_front.ts";
 
 /** A region of a SharedArrayBuffer. */
 export interface Region {

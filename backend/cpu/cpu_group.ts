@@ -6,21 +6,17 @@
  * @module
  */
 import { Worker as NodeWorker } from "node:worker_threads";
-import { checkBlocks, checkGroupRanks, checkPeer, checkRank } from "../_checks.ts";
-import { checkOp, type DType, dtypeOf, dtypeSize, type ReduceOp, type TypedArray } from "../../core/dtype.ts";
+import { checkGroupRanks } from "../_checks.ts";
+import { dtypeSize, type TypedArray } from "../../core/dtype.ts";
 import { DistError, TimeoutError, TransportError, UnsupportedError } from "../../core/errors.ts";
 import {
-  type AlgorithmOptions,
   type AllocOptions,
   type AnyTensor,
-  type CallOptions,
   type GroupOptions,
   isDeviceTensor,
   type ProcessGroup,
-  type ReduceOptions,
-  type RootOptions,
-  type RootReduceOptions,
 } from "../process_group.ts";
+import { type CallRecord, GroupFront } from "../_front.ts";
 import { Work, type WorkReport } from "../work.ts";
 import type {
   Collective,
@@ -372,7 +368,7 @@ export interface CpuGroupOptions {
 }
 
 /** A process group of the CPU backend. */
-export class CpuProcessGroup implements ProcessGroup {
+export class CpuProcessGroup extends GroupFront {
   readonly rank: number;
   readonly size: number;
   readonly ranks: readonly number[];
@@ -388,6 +384,7 @@ export class CpuProcessGroup implements ProcessGroup {
    * @param options The group's identity.
    */
   constructor(engine: EngineHandle, options: CpuGroupOptions) {
+    super();
     this.#engine = engine;
     this.#id = options.id;
     this.ranks = options.ranks;
@@ -402,107 +399,33 @@ export class CpuProcessGroup implements ProcessGroup {
     return this.#engine.transport;
   }
 
-  allReduce(tensor: AnyTensor, options: ReduceOptions = {}): Work {
-    const dtype = this.#dtype("all-reduce", tensor, options);
-    const op = checkOp(options.op ?? "sum");
-    const servers = options.servers;
-    if (servers !== undefined && (!Number.isInteger(servers) || servers < 1 || servers > this.size)) {
-      throw new RangeError(
-        `Cannot all-reduce: servers must be an integer in 1..${this.size}, found ${servers}`,
+  protected get defaultTimeoutMs(): number {
+    return this.#timeoutMs;
+  }
+
+  protected get isClosed(): boolean {
+    return this.#engine.closed;
+  }
+
+  protected override describe(): string {
+    return `group ${this.#id} (ranks ${this.ranks.join(", ")})`;
+  }
+
+  protected checkTensor(what: string, tensor: AnyTensor): void {
+    if (isDeviceTensor(tensor)) {
+      throw new UnsupportedError(
+        `Cannot ${what}: the cpu backend takes host TypedArrays, found a ${tensor.dtype} tensor on GPU ` +
+          `${tensor.device}; copy it to the host (DeviceBuffer.copyTo) or use init({ backend: "nccl" })`,
       );
     }
-    return this.#call("allReduce", {
-      inout: tensor as TypedArray,
-      dtype,
-      op,
-      servers,
-      algorithm: options.algorithm,
-      options,
-    });
   }
 
-  broadcast(tensor: AnyTensor, options: RootOptions = {}): Work {
-    const dtype = this.#dtype("broadcast", tensor, options);
-    const root = this.#rank("broadcast", "root", options.root ?? 0);
-    return this.#call("broadcast", {
-      inout: tensor as TypedArray,
-      dtype,
-      root,
-      algorithm: options.algorithm,
-      options,
-    });
-  }
-
-  reduce(tensor: AnyTensor, options: RootReduceOptions = {}): Work {
-    const dtype = this.#dtype("reduce", tensor, options);
-    const op = checkOp(options.op ?? "sum");
-    const root = this.#rank("reduce", "root", options.root ?? 0);
-    return this.#call("reduce", {
-      inout: tensor as TypedArray,
-      dtype,
-      op,
-      root,
-      algorithm: options.algorithm,
-      options,
-    });
-  }
-
-  allGather(output: AnyTensor, input: AnyTensor, options: AlgorithmOptions = {}): Work {
-    const dtype = this.#pairDtypes("all-gather", output, input, options);
-    checkBlocks("allGather", output, input, this.size);
-    return this.#call("allGather", {
-      input: input as TypedArray,
-      output: output as TypedArray,
-      dtype,
-      algorithm: options.algorithm,
-      options,
-    });
-  }
-
-  reduceScatter(output: AnyTensor, input: AnyTensor, options: ReduceOptions = {}): Work {
-    const dtype = this.#pairDtypes("reduce-scatter", output, input, options);
-    const op = checkOp(options.op ?? "sum");
-    checkBlocks("reduceScatter", output, input, this.size);
-    return this.#call("reduceScatter", {
-      input: input as TypedArray,
-      output: output as TypedArray,
-      dtype,
-      op,
-      algorithm: options.algorithm,
-      options,
-    });
-  }
-
-  allToAll(output: AnyTensor, input: AnyTensor, options: AlgorithmOptions = {}): Work {
-    const dtype = this.#pairDtypes("all-to-all", output, input, options);
-    checkBlocks("allToAll", output, input, this.size);
-    return this.#call("allToAll", {
-      input: input as TypedArray,
-      output: output as TypedArray,
-      dtype,
-      algorithm: options.algorithm,
-      options,
-    });
-  }
-
-  barrier(options: CallOptions = {}): Work {
-    this.#member("barrier");
-    return this.#call("barrier", { dtype: "uint8", options });
-  }
-
-  send(tensor: AnyTensor, peer: number, options: CallOptions = {}): Work {
-    const dtype = this.#dtype("send", tensor, options);
-    const root = this.#peer("send", peer);
-    return this.#call("send", { input: tensor as TypedArray, dtype, root, options });
-  }
-
-  recv(tensor: AnyTensor, peer: number, options: CallOptions = {}): Work {
-    const dtype = this.#dtype("recv", tensor, options);
-    const root = this.#peer("recv", peer);
-    return this.#call("recv", { output: tensor as TypedArray, dtype, root, options });
+  protected checkAlgorithm(collective: Collective, name: string): void {
+    checkAlgorithm(collective, name);
   }
 
   async newGroup(ranks: readonly number[], options: GroupOptions = {}): Promise<ProcessGroup> {
+    if (this.isClosed) throw new DistError("Cannot create a group: the process group is closed");
     const sorted = checkGroupRanks(ranks, this.size);
     const id = this.#engine.nextGroupId++;
     const global = sorted.map((r) => this.ranks[r]);
@@ -551,80 +474,19 @@ export class CpuProcessGroup implements ProcessGroup {
     await this.#onClose?.(failed);
   }
 
-  [Symbol.asyncDispose](): Promise<void> {
-    return this.close();
-  }
+  protected run(call: CallRecord): Work {
+    const { collective, timeoutMs, signal } = call;
+    const algorithm = call.algorithm;
+    const inPlace = call.tensor as TypedArray | undefined;
+    // The in-place tensor is the call's input, but for a recv, which only writes it.
+    const input = collective === "recv" ? undefined : inPlace ?? call.input as TypedArray | undefined;
+    const output = collective === "recv" ? inPlace : call.output as TypedArray | undefined;
+    const writesInPlace = inPlace !== undefined && collective !== "send" &&
+      !(collective === "broadcast" && call.root === this.rank) &&
+      !(collective === "reduce" && call.root !== this.rank);
 
-  #member(what: string): void {
-    if (this.rank < 0) {
-      throw new RangeError(
-        `Cannot ${what}: this rank is not a member of group ${this.#id} (ranks ${this.ranks.join(", ")})`,
-      );
-    }
-  }
-
-  #dtype(what: string, tensor: AnyTensor, options: CallOptions): DType {
-    this.#member(what);
-    if (isDeviceTensor(tensor)) {
-      throw new UnsupportedError(
-        `Cannot ${what}: the cpu backend takes host TypedArrays, found a ${tensor.dtype} tensor on GPU ` +
-          `${tensor.device}; copy it to the host (DeviceBuffer.copyTo) or use init({ backend: "nccl" })`,
-      );
-    }
-    try {
-      return dtypeOf(tensor, options.dtype);
-    } catch (e) {
-      throw new TypeError(`Cannot ${what}: ${(e as Error).message}`);
-    }
-  }
-
-  #pairDtypes(what: string, output: AnyTensor, input: AnyTensor, options: CallOptions): DType {
-    const a = this.#dtype(what, input, options);
-    const b = this.#dtype(what, output, options);
-    if (a !== b) throw new TypeError(`Cannot ${what}: input is ${a} but output is ${b}`);
-    return a;
-  }
-
-  #rank(what: string, name: string, r: number): number {
-    return checkRank(what, name, r, this.size);
-  }
-
-  #peer(what: string, peer: number): number {
-    return checkPeer(what, peer, this);
-  }
-
-  #call(
-    collective: Collective,
-    call: {
-      inout?: TypedArray;
-      input?: TypedArray;
-      output?: TypedArray;
-      dtype: DType;
-      op?: ReduceOp;
-      root?: number;
-      servers?: number;
-      algorithm?: string;
-      options: CallOptions;
-    },
-  ): Work {
-    const timeoutMs = call.options.timeoutMs ?? this.#timeoutMs;
-    if (!(timeoutMs > 0)) {
-      throw new RangeError(`Invalid timeoutMs: expected a number > 0, found ${timeoutMs}`);
-    }
-    if (call.options.signal?.aborted) {
-      return new Work(
-        Promise.reject(new DistError(`Aborted before it started: ${call.options.signal.reason}`)),
-      );
-    }
-    const algorithm = call.algorithm ?? "auto";
-    checkAlgorithm(collective, String(algorithm));
     const engine = this.#engine;
-    if (engine.closed) {
-      return new Work(Promise.reject(new DistError(`Cannot ${collective}: the process group is closed`)));
-    }
-    const input = call.inout ?? call.input;
-    const output = call.output;
-    const count = input ? input.length : output ? output.length : 0;
+    const count = call.count;
     const p2p = collective === "send" || collective === "recv";
     const segmentOk = engine.segment !== undefined && SegmentExecutor.groupFits(this.#id);
     if (algorithm === "segment" && (!segmentOk || p2p)) {
@@ -641,8 +503,8 @@ export class CpuProcessGroup implements ProcessGroup {
       group: this.#id,
       collective,
       dtype: call.dtype,
-      op: call.op ?? "sum",
-      root: call.root ?? 0,
+      op: call.op,
+      root: call.root,
       algorithm: viaSegment ? "segment" : algorithm,
       servers: call.servers,
       count,
@@ -651,16 +513,16 @@ export class CpuProcessGroup implements ProcessGroup {
     if (pooled !== undefined) {
       // Whatever its size: the plan copies nothing, so every step is the peers' reading of it.
       if (engine.idle && engine.failure === undefined) {
-        return this.#inline(request, input, output, call.options.signal, pooled);
+        return this.#inline(request, input, output, signal, pooled);
       }
-      const submitted = engine.submit({ ...request, input: pooled }, call.options.signal);
+      const submitted = engine.submit({ ...request, input: pooled }, signal);
       return new Work(submitted.then((report) => keepAlive(report, input)));
     }
     if (
       viaSegment && engine.idle && engine.failure === undefined &&
       (input?.byteLength ?? 0) <= engine.inlineBytes
     ) {
-      return this.#inline(request, input, output, call.options.signal);
+      return this.#inline(request, input, output, signal);
     }
     if (engine.byAddress) {
       // The Worker works on the tensors themselves: they are kept alive by this call until it settles.
@@ -668,21 +530,16 @@ export class CpuProcessGroup implements ProcessGroup {
         ...request,
         input: input ? pointerRegion(input) : undefined,
         output: output ? pointerRegion(output) : undefined,
-      }, call.options.signal);
+      }, signal);
       return new Work(submitted.then((report) => keepAlive(report, input, output)));
     }
     const staging = engine.staging;
-    // What the call writes: the in-place tensor (except at the root of a broadcast / a reduce's non-roots),
-    // or the output.
-    const writesInout = call.inout !== undefined &&
-      !(collective === "broadcast" && call.root === this.rank) &&
-      !(collective === "reduce" && call.root !== this.rank);
     const inRegion: Region | undefined = input ? staging.stage(input, collective !== "recv") : undefined;
     const outRegion: Region | undefined = output ? staging.stage(output, false) : undefined;
-    const submitted = engine.submit({ ...request, input: inRegion, output: outRegion }, call.options.signal);
+    const submitted = engine.submit({ ...request, input: inRegion, output: outRegion }, signal);
     return new Work(submitted.then(
       (report) => {
-        if (input && inRegion) staging.unstage(inRegion, input, writesInout);
+        if (input && inRegion) staging.unstage(inRegion, input, writesInPlace);
         if (output && outRegion) staging.unstage(outRegion, output, true);
         return report;
       },

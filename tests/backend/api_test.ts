@@ -34,7 +34,7 @@ Deno.test("ProcessGroup rejects bad arguments with TypeError/RangeError naming e
   );
   assert.match(e.peerSelf, /^RangeError: Cannot send: peer 0 is this rank/);
   assert.match(e.peerRange, /^RangeError: Cannot recv: peer must be a rank in 0\.\.1, found 99/);
-  assert.match(e.timeout, /^RangeError: Invalid timeoutMs: expected a number > 0, found 0/);
+  assert.match(e.timeout, /^RangeError: Cannot barrier: expected timeoutMs to be a number > 0, found 0/);
   assert.match(e.servers, /^RangeError: Cannot all-reduce: servers must be an integer in 1\.\.2, found 0/);
   assert.match(
     e.device,
@@ -86,5 +86,27 @@ Deno.test("ProcessGroup call with an aborted signal fails before it starts and t
   for (const r of results) {
     assert.match(r.before, /Aborted before it started: stop/);
     assert.equal(r.sum, 2);
+  }
+});
+
+Deno.test("a call that throws before sending leaves the group usable; after close() every call rejects at once", async () => {
+  const results = (await spawnThreads(FIXTURE, { worldSize: 2, args: { scenario: "holes" } })) as {
+    notSignal: string;
+    detached: string;
+    sum: number;
+    afterClose: Record<string, string>;
+    afterCloseMs: number;
+  }[];
+  for (const r of results) {
+    assert.match(
+      r.notSignal,
+      /^TypeError: Cannot all-reduce: expected signal to be an AbortSignal, found an object/,
+    );
+    assert.match(r.detached, /^TypeError: Cannot all-reduce: .*detached/);
+    assert.equal(r.sum, 2);
+    for (const [name, message] of Object.entries(r.afterClose)) {
+      assert.match(message, /^\w*Error: Cannot [a-z -]+: the process group is closed/, `${name}: ${message}`);
+    }
+    assert.ok(r.afterCloseMs < 10_000, `calls after close took ${r.afterCloseMs} ms`);
   }
 });

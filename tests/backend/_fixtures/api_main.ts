@@ -92,5 +92,28 @@ export async function main(pg: ProcessGroup, ctx: { args: unknown }): Promise<un
     await pg.allReduce(t);
     return { before, sum: t[0] };
   }
+  if (scenario === "holes") {
+    // A signal that is not an AbortSignal, and a detached buffer, throw before anything is sent...
+    const notSignal = thrown(() => pg.allReduce(new Float32Array(4), { signal: {} as never }));
+    const buffer = new ArrayBuffer(16);
+    const view = new Float32Array(buffer);
+    structuredClone(buffer, { transfer: [buffer] });
+    const detached = thrown(() => pg.allReduce(view));
+    // ...and leave the group usable: the next call completes, within its timeout.
+    const t = new Float32Array([1]);
+    await pg.allReduce(t, { timeoutMs: 30_000 });
+    await pg.close();
+    // After close, every call rejects at once with an error that says so; close again is a no-op.
+    const started = performance.now();
+    const settle = (p: PromiseLike<unknown>) =>
+      Promise.resolve(p).then(() => "resolved", (e) => `${(e as Error).name}: ${(e as Error).message}`);
+    const afterClose = {
+      allReduce: await settle(pg.allReduce(new Float32Array(4))),
+      barrier: await settle(pg.barrier()),
+      newGroup: await settle(pg.newGroup([0])),
+    };
+    await pg.close();
+    return { notSignal, detached, sum: t[0], afterClose, afterCloseMs: performance.now() - started };
+  }
   throw new Error(`unknown scenario ${scenario}`);
 }

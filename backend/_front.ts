@@ -1,0 +1,327 @@
+/**
+ * The call front every backend's process group shares: a call is checked and normalised here, once, into
+ * a {@linkcode CallRecord}, and a backend only runs records ({@linkcode GroupFront.run}). So a bad call
+ * gets the same error on `cpu`, `nccl` and `mpi`, thrown before anything is sent (the group stays usable),
+ * and a call on a closed group, or with a signal that is already aborted, is refused at once.
+ *
+ * What the front checks, in this order: the group is open (else the Work rejects at once), this rank is a
+ * member, the timeout, the signal (an `AbortSignal` or nothing), each tensor (the backend says which kinds
+ * it takes; a detached or resizable buffer is refused by name), the dtype (inferred, or the one given;
+ * input and output agree), the op, the root or peer, the block lengths of the out-of-place collectives,
+ * the algorithm's name (the backend says which it runs), and the parameter servers.
+ *
+ * @module
+ */
+import { checkOp, type DType, dtypeOf, type ReduceOp, type TypedArray } from "../core/dtype.ts";
+import { DistError } from "../core/errors.ts";
+import { checkBlocks, checkPeer, checkRank } from "./_checks.ts";
+import {
+  type AlgorithmOptions,
+  type AllocOptions,
+  type AnyTensor,
+  type CallOptions,
+  type GroupOptions,
+  isDeviceTensor,
+  type ProcessGroup,
+  type ReduceOptions,
+  type RootOptions,
+  type RootReduceOptions,
+} from "./process_group.ts";
+import { Work } from "./work.ts";
+
+/** The collectives, in the order of their wire codes (1-based). */
+export const COLLECTIVES = [
+  "allReduce",
+  "broadcast",
+  "reduce",
+  "allGather",
+  "reduceScatter",
+  "allToAll",
+  "barrier",
+  "send",
+  "recv",
+] as const;
+
+/** A collective's name. */
+export type Collective = typeof COLLECTIVES[number];
+
+/** How error messages name each collective (`Cannot all-reduce: ...`). */
+export const VERB: Readonly<Record<Collective, string>> = {
+  allReduce: "all-reduce",
+  broadcast: "broadcast",
+  reduce: "reduce",
+  allGather: "all-gather",
+  reduceScatter: "reduce-scatter",
+  allToAll: "all-to-all",
+  barrier: "barrier",
+  send: "send",
+  recv: "recv",
+};
+
+/** One call, checked and normalised: all a backend needs to run it. */
+export interface CallRecord {
+  /** The collective. */
+  readonly collective: Collective;
+  /** The element type (`uint8` for a barrier). */
+  readonly dtype: DType;
+  /** The reduction (`sum` for collectives without one). */
+  readonly op: ReduceOp;
+  /** The root (broadcast, reduce) or the peer (send, recv), as a rank of the group; 0 otherwise. */
+  readonly root: number;
+  /** The in-place tensor (all-reduce, broadcast, reduce, send, recv). */
+  readonly tensor?: AnyTensor;
+  /** The input of an out-of-place collective (all-gather, reduce-scatter, all-to-all). */
+  readonly input?: AnyTensor;
+  /** The output of an out-of-place collective. */
+  readonly output?: AnyTensor;
+  /** Elements, as the call's descriptor counts them: the tensor's, or the input's. */
+  readonly count: number;
+  /** The algorithm asked for, or `"auto"`. */
+  readonly algorithm: string;
+  /** Parameter servers of the `ps` all-reduce. */
+  readonly servers?: number;
+  /** Milliseconds before the call fails. */
+  readonly timeoutMs: number;
+  /** Aborts the call. */
+  readonly signal?: AbortSignal;
+}
+
+/**
+ * A process group's front: the collectives of {@linkcode ProcessGroup}, checked and turned into records
+ * that the backend's {@linkcode GroupFront.run} runs.
+ */
+export abstract class GroupFront implements ProcessGroup {
+  /** This rank within the group, or -1 if this rank is not a member. */
+  abstract readonly rank: number;
+  /** The number of ranks in the group. */
+  abstract readonly size: number;
+  /** The global ranks of the members, in group order. */
+  abstract readonly ranks: readonly number[];
+  /** The backend's name. */
+  abstract readonly backend: string;
+
+  /** The group's default timeout of calls, in milliseconds. */
+  protected abstract get defaultTimeoutMs(): number;
+  /** Whether the group (or the world it belongs to) is closed or closing. */
+  protected abstract get isClosed(): boolean;
+  /** The group as messages name it (`the group of ranks 0, 1`). */
+  protected describe(): string {
+    return `the group of ranks ${this.ranks.join(", ")}`;
+  }
+  /**
+   * Refuses a tensor the backend cannot take (a device tensor on a host backend, a host one on a GPU
+   * backend), with a `TypeError` or `UnsupportedError` naming it.
+   *
+   * @param what The collective, as messages name it.
+   * @param tensor The tensor.
+   * @param name The argument's name (`tensor`, `input`, `output`).
+   */
+  protected abstract checkTensor(what: string, tensor: AnyTensor, name: string): void;
+  /**
+   * Refuses an algorithm name the backend does not run.
+   *
+   * @param collective The collective.
+   * @param name The name asked for (`"auto"` is always allowed).
+   */
+  protected abstract checkAlgorithm(collective: Collective, name: string): void;
+  /**
+   * Runs a checked call. It may still throw before sending anything (a limit of the backend's), and the
+   * group stays usable.
+   *
+   * @param call The call.
+   * @returns Its Work.
+   */
+  protected abstract run(call: CallRecord): Work;
+
+  allReduce(tensor: AnyTensor, options: ReduceOptions = {}): Work {
+    return this.#call("allReduce", options, () => {
+      const dtype = this.#dtype("all-reduce", tensor, "tensor", options);
+      const servers = options.servers;
+      if (servers !== undefined && (!Number.isInteger(servers) || servers < 1 || servers > this.size)) {
+        throw new RangeError(
+          `Cannot all-reduce: servers must be an integer in 1..${this.size}, found ${servers}`,
+        );
+      }
+      return { dtype, op: checkOp(options.op ?? "sum"), tensor, count: tensor.length, servers };
+    });
+  }
+
+  broadcast(tensor: AnyTensor, options: RootOptions = {}): Work {
+    return this.#call("broadcast", options, () => ({
+      dtype: this.#dtype("broadcast", tensor, "tensor", options),
+      root: checkRank("broadcast", "root", options.root ?? 0, this.size),
+      tensor,
+      count: tensor.length,
+    }));
+  }
+
+  reduce(tensor: AnyTensor, options: RootReduceOptions = {}): Work {
+    return this.#call("reduce", options, () => ({
+      dtype: this.#dtype("reduce", tensor, "tensor", options),
+      op: checkOp(options.op ?? "sum"),
+      root: checkRank("reduce", "root", options.root ?? 0, this.size),
+      tensor,
+      count: tensor.length,
+    }));
+  }
+
+  allGather(output: AnyTensor, input: AnyTensor, options: AlgorithmOptions = {}): Work {
+    return this.#call("allGather", options, () => {
+      const dtype = this.#pair("all-gather", output, input, options);
+      checkBlocks("allGather", output, input, this.size);
+      return { dtype, input, output, count: input.length };
+    });
+  }
+
+  reduceScatter(output: AnyTensor, input: AnyTensor, options: ReduceOptions = {}): Work {
+    return this.#call("reduceScatter", options, () => {
+      const dtype = this.#pair("reduce-scatter", output, input, options);
+      const op = checkOp(options.op ?? "sum");
+      checkBlocks("reduceScatter", output, input, this.size);
+      return { dtype, op, input, output, count: input.length };
+    });
+  }
+
+  allToAll(output: AnyTensor, input: AnyTensor, options: AlgorithmOptions = {}): Work {
+    return this.#call("allToAll", options, () => {
+      const dtype = this.#pair("all-to-all", output, input, options);
+      checkBlocks("allToAll", output, input, this.size);
+      return { dtype, input, output, count: input.length };
+    });
+  }
+
+  barrier(options: CallOptions = {}): Work {
+    return this.#call("barrier", options, () => ({ dtype: "uint8" as const, count: 0 }));
+  }
+
+  send(tensor: AnyTensor, peer: number, options: CallOptions = {}): Work {
+    return this.#call("send", options, () => ({
+      dtype: this.#dtype("send", tensor, "tensor", options),
+      root: checkPeer("send", peer, this),
+      tensor,
+      count: tensor.length,
+    }));
+  }
+
+  recv(tensor: AnyTensor, peer: number, options: CallOptions = {}): Work {
+    return this.#call("recv", options, () => ({
+      dtype: this.#dtype("recv", tensor, "tensor", options),
+      root: checkPeer("recv", peer, this),
+      tensor,
+      count: tensor.length,
+    }));
+  }
+
+  abstract newGroup(ranks: readonly number[], options?: GroupOptions): Promise<ProcessGroup>;
+  abstract alloc(count: number, options?: AllocOptions): TypedArray;
+  abstract release(tensor: TypedArray): void;
+  abstract close(): Promise<void>;
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+
+  /** Checks the parts every call shares, then the collective's own (`build`), then runs the record. */
+  #call(
+    collective: Collective,
+    options: CallOptions & { algorithm?: string },
+    build: () => Omit<Partial<CallRecord>, "collective" | "dtype"> & { dtype: DType; count: number },
+  ): Work {
+    const what = VERB[collective];
+    if (this.isClosed) {
+      return new Work(Promise.reject(new DistError(`Cannot ${what}: the process group is closed`)));
+    }
+    if (this.rank < 0) {
+      throw new RangeError(`Cannot ${what}: this rank is not a member of ${this.describe()}`);
+    }
+    if (options === null || typeof options !== "object") {
+      throw new TypeError(`Cannot ${what}: expected an options object, found ${options}`);
+    }
+    const timeoutMs = options.timeoutMs ?? this.defaultTimeoutMs;
+    if (typeof timeoutMs !== "number" || !(timeoutMs > 0)) {
+      throw new RangeError(`Cannot ${what}: expected timeoutMs to be a number > 0, found ${timeoutMs}`);
+    }
+    const signal = options.signal;
+    if (signal !== undefined && !(signal instanceof AbortSignal)) {
+      throw new TypeError(
+        `Cannot ${what}: expected signal to be an AbortSignal, found ${describeValue(signal)}`,
+      );
+    }
+    const parts = build();
+    const algorithm = options.algorithm ?? "auto";
+    if (typeof algorithm !== "string") {
+      throw new TypeError(
+        `Cannot ${what}: expected algorithm to be a string, found ${describeValue(algorithm)}`,
+      );
+    }
+    if (algorithm !== "auto") this.checkAlgorithm(collective, algorithm);
+    if (signal?.aborted) {
+      return new Work(
+        Promise.reject(new DistError(`Aborted before it started: ${signal.reason}`, { code: "ABORTED" })),
+      );
+    }
+    return this.run({
+      collective,
+      op: "sum",
+      root: 0,
+      ...parts,
+      algorithm,
+      timeoutMs,
+      signal,
+    });
+  }
+
+  /** The dtype of one tensor, after the backend's and the buffer's checks. */
+  #dtype(what: string, tensor: AnyTensor, name: string, options: CallOptions): DType {
+    if (tensor === null || typeof tensor !== "object") {
+      throw new TypeError(
+        `Cannot ${what}: expected ${name} to be a TypedArray, found ${describeValue(tensor)}`,
+      );
+    }
+    this.checkTensor(what, tensor, name);
+    if (isDeviceTensor(tensor)) {
+      if (options.dtype !== undefined && options.dtype !== tensor.dtype) {
+        throw new TypeError(`Cannot ${what}: ${name} holds ${tensor.dtype}, found dtype ${options.dtype}`);
+      }
+      return tensor.dtype;
+    }
+    const buffer = (tensor as TypedArray).buffer as ArrayBuffer;
+    if (buffer?.detached) {
+      throw new TypeError(
+        `Cannot ${what}: expected ${name} over a live buffer, found its ArrayBuffer detached (transferred ` +
+          `to another thread or resized away)`,
+      );
+    }
+    if (buffer?.resizable) {
+      throw new TypeError(
+        `Cannot ${what}: expected ${name} over a fixed-length buffer, found a resizable ArrayBuffer (it can ` +
+          `move while the call uses it)`,
+      );
+    }
+    try {
+      return dtypeOf(tensor as TypedArray, options.dtype);
+    } catch (e) {
+      throw new TypeError(`Cannot ${what}: ${(e as Error).message}`);
+    }
+  }
+
+  /** The dtype of an out-of-place pair: both checked, and the same. */
+  #pair(what: string, output: AnyTensor, input: AnyTensor, options: CallOptions): DType {
+    const a = this.#dtype(what, input, "input", options);
+    const b = this.#dtype(what, output, "output", options);
+    if (a !== b) throw new TypeError(`Cannot ${what}: input is ${a} but output is ${b}`);
+    return a;
+  }
+}
+
+/** A value as a message shows it: its class or type, and a short rendering. */
+function describeValue(v: unknown): string {
+  if (v === null) return "null";
+  if (typeof v === "object") {
+    const name = (v as object).constructor?.name;
+    if (name === undefined || name === "Object") return "an object";
+    return /^[AEIOU]/.test(name) ? `an ${name}` : `a ${name}`;
+  }
+  if (typeof v === "string") return JSON.stringify(v);
+  return `${typeof v} ${String(v)}`;
+}
