@@ -1,6 +1,6 @@
 /**
  * The call front every backend's process group shares: a call is checked and normalised here, once, into
- * a {@linkcode CallRecord}, and a backend only runs records ({@linkcode GroupFront.run}). So a bad call
+ * a {@linkcode CallRecord}, and a backend only runs records ({@linkcode GroupFront.execute}). So a bad call
  * gets the same error on `cpu`, `nccl` and `mpi`, thrown before anything is sent (the group stays usable),
  * and a call on a closed group, or with a signal that is already aborted, is refused at once.
  *
@@ -84,13 +84,15 @@ export interface CallRecord {
   readonly timeoutMs: number;
   /** Aborts the call. */
   readonly signal?: AbortSignal;
+  /** The options as the caller passed them, for what only one backend takes (the nccl backend's `scale`). */
+  readonly options: Readonly<CallOptions>;
 }
 
 /**
  * A process group's front: the collectives of {@linkcode ProcessGroup}, checked and turned into records
- * that the backend's {@linkcode GroupFront.run} runs.
+ * that the backend's {@linkcode GroupFront.execute} runs. `W` is the backend's kind of Work.
  */
-export abstract class GroupFront implements ProcessGroup {
+export abstract class GroupFront<W extends Work = Work> implements ProcessGroup {
   /** This rank within the group, or -1 if this rank is not a member. */
   abstract readonly rank: number;
   /** The number of ranks in the group. */
@@ -131,9 +133,18 @@ export abstract class GroupFront implements ProcessGroup {
    * @param call The call.
    * @returns Its Work.
    */
-  protected abstract run(call: CallRecord): Work;
+  protected abstract execute(call: CallRecord): W;
+  /**
+   * A Work that has already failed, for a call refused before it started (closed group, aborted signal).
+   *
+   * @param error Why.
+   * @returns The Work.
+   */
+  protected rejected(error: Error): W {
+    return new Work(Promise.reject(error)) as W;
+  }
 
-  allReduce(tensor: AnyTensor, options: ReduceOptions = {}): Work {
+  allReduce(tensor: AnyTensor, options: ReduceOptions = {}): W {
     return this.#call("allReduce", options, () => {
       const dtype = this.#dtype("all-reduce", tensor, "tensor", options);
       const servers = options.servers;
@@ -142,11 +153,11 @@ export abstract class GroupFront implements ProcessGroup {
           `Cannot all-reduce: servers must be an integer in 1..${this.size}, found ${servers}`,
         );
       }
-      return { dtype, op: checkOp(options.op ?? "sum"), tensor, count: tensor.length, servers };
+      return { dtype, op: opOf("all-reduce", options), tensor, count: tensor.length, servers };
     });
   }
 
-  broadcast(tensor: AnyTensor, options: RootOptions = {}): Work {
+  broadcast(tensor: AnyTensor, options: RootOptions = {}): W {
     return this.#call("broadcast", options, () => ({
       dtype: this.#dtype("broadcast", tensor, "tensor", options),
       root: checkRank("broadcast", "root", options.root ?? 0, this.size),
@@ -155,17 +166,17 @@ export abstract class GroupFront implements ProcessGroup {
     }));
   }
 
-  reduce(tensor: AnyTensor, options: RootReduceOptions = {}): Work {
+  reduce(tensor: AnyTensor, options: RootReduceOptions = {}): W {
     return this.#call("reduce", options, () => ({
       dtype: this.#dtype("reduce", tensor, "tensor", options),
-      op: checkOp(options.op ?? "sum"),
+      op: opOf("reduce", options),
       root: checkRank("reduce", "root", options.root ?? 0, this.size),
       tensor,
       count: tensor.length,
     }));
   }
 
-  allGather(output: AnyTensor, input: AnyTensor, options: AlgorithmOptions = {}): Work {
+  allGather(output: AnyTensor, input: AnyTensor, options: AlgorithmOptions = {}): W {
     return this.#call("allGather", options, () => {
       const dtype = this.#pair("all-gather", output, input, options);
       checkBlocks("allGather", output, input, this.size);
@@ -173,16 +184,16 @@ export abstract class GroupFront implements ProcessGroup {
     });
   }
 
-  reduceScatter(output: AnyTensor, input: AnyTensor, options: ReduceOptions = {}): Work {
+  reduceScatter(output: AnyTensor, input: AnyTensor, options: ReduceOptions = {}): W {
     return this.#call("reduceScatter", options, () => {
       const dtype = this.#pair("reduce-scatter", output, input, options);
-      const op = checkOp(options.op ?? "sum");
+      const op = opOf("reduce-scatter", options);
       checkBlocks("reduceScatter", output, input, this.size);
       return { dtype, op, input, output, count: input.length };
     });
   }
 
-  allToAll(output: AnyTensor, input: AnyTensor, options: AlgorithmOptions = {}): Work {
+  allToAll(output: AnyTensor, input: AnyTensor, options: AlgorithmOptions = {}): W {
     return this.#call("allToAll", options, () => {
       const dtype = this.#pair("all-to-all", output, input, options);
       checkBlocks("allToAll", output, input, this.size);
@@ -190,11 +201,11 @@ export abstract class GroupFront implements ProcessGroup {
     });
   }
 
-  barrier(options: CallOptions = {}): Work {
+  barrier(options: CallOptions = {}): W {
     return this.#call("barrier", options, () => ({ dtype: "uint8" as const, count: 0 }));
   }
 
-  send(tensor: AnyTensor, peer: number, options: CallOptions = {}): Work {
+  send(tensor: AnyTensor, peer: number, options: CallOptions = {}): W {
     return this.#call("send", options, () => ({
       dtype: this.#dtype("send", tensor, "tensor", options),
       root: checkPeer("send", peer, this),
@@ -203,7 +214,7 @@ export abstract class GroupFront implements ProcessGroup {
     }));
   }
 
-  recv(tensor: AnyTensor, peer: number, options: CallOptions = {}): Work {
+  recv(tensor: AnyTensor, peer: number, options: CallOptions = {}): W {
     return this.#call("recv", options, () => ({
       dtype: this.#dtype("recv", tensor, "tensor", options),
       root: checkPeer("recv", peer, this),
@@ -226,11 +237,9 @@ export abstract class GroupFront implements ProcessGroup {
     collective: Collective,
     options: CallOptions & { algorithm?: string },
     build: () => Omit<Partial<CallRecord>, "collective" | "dtype"> & { dtype: DType; count: number },
-  ): Work {
+  ): W {
     const what = VERB[collective];
-    if (this.isClosed) {
-      return new Work(Promise.reject(new DistError(`Cannot ${what}: the process group is closed`)));
-    }
+    if (this.isClosed) return this.rejected(new DistError(`Cannot ${what}: the process group is closed`));
     if (this.rank < 0) {
       throw new RangeError(`Cannot ${what}: this rank is not a member of ${this.describe()}`);
     }
@@ -239,7 +248,8 @@ export abstract class GroupFront implements ProcessGroup {
     }
     const timeoutMs = options.timeoutMs ?? this.defaultTimeoutMs;
     if (typeof timeoutMs !== "number" || !(timeoutMs > 0)) {
-      throw new RangeError(`Cannot ${what}: expected timeoutMs to be a number > 0, found ${timeoutMs}`);
+      const found = typeof timeoutMs === "number" ? String(timeoutMs) : describeValue(timeoutMs);
+      throw new RangeError(`Cannot ${what}: expected timeoutMs to be a number > 0, found ${found}`);
     }
     const signal = options.signal;
     if (signal !== undefined && !(signal instanceof AbortSignal)) {
@@ -256,11 +266,9 @@ export abstract class GroupFront implements ProcessGroup {
     }
     if (algorithm !== "auto") this.checkAlgorithm(collective, algorithm);
     if (signal?.aborted) {
-      return new Work(
-        Promise.reject(new DistError(`Aborted before it started: ${signal.reason}`, { code: "ABORTED" })),
-      );
+      return this.rejected(new DistError(`Aborted before it started: ${signal.reason}`, { code: "ABORTED" }));
     }
-    return this.run({
+    return this.execute({
       collective,
       op: "sum",
       root: 0,
@@ -268,6 +276,7 @@ export abstract class GroupFront implements ProcessGroup {
       algorithm,
       timeoutMs,
       signal,
+      options,
     });
   }
 
@@ -311,6 +320,15 @@ export abstract class GroupFront implements ProcessGroup {
     const b = this.#dtype(what, output, "output", options);
     if (a !== b) throw new TypeError(`Cannot ${what}: input is ${a} but output is ${b}`);
     return a;
+  }
+}
+
+/** The op of a reducing call (`sum` when none is given). */
+function opOf(what: string, options: { op?: ReduceOp }): ReduceOp {
+  try {
+    return checkOp(options.op ?? "sum");
+  } catch (e) {
+    throw new TypeError(`Cannot ${what}: ${(e as Error).message}`);
   }
 }
 

@@ -474,7 +474,7 @@ export class CpuProcessGroup extends GroupFront {
     await this.#onClose?.(failed);
   }
 
-  protected run(call: CallRecord): Work {
+  protected execute(call: CallRecord): Work {
     const { collective, timeoutMs, signal } = call;
     const algorithm = call.algorithm;
     const inPlace = call.tensor as TypedArray | undefined;

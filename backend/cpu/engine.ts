@@ -15,6 +15,7 @@ import { DistError, MismatchError, TimeoutError } from "../../core/errors.ts";
 import type { CollectiveContext, Comm } from "../../collectives/comm.ts";
 import { ALGORITHM_NAMES, modelBytes, resolveAlgorithm, runAlgorithm } from "./_dispatch.ts";
 import { EMPTY } from "../../collectives/_layout.ts";
+import { disseminationBarrier } from "../../collectives/dissemination_barrier.ts";
 import type { Transport } from "../../transport/transport.ts";
 import type { WorkReport } from "../work.ts";
 import {
@@ -286,6 +287,13 @@ export class Engine {
       // A transport failure reaches `failed` through #fail (the constructor's one reaction to
       // transport.failed): racing transport.failed itself would add a reaction per call to a promise that
       // never settles while all is well, and those would pile up for the life of the process.
+      if (checkCalls && size > 1 && (op.collective === "broadcast" || op.collective === "reduce")) {
+        // Ranks that disagree on the root may each wait for a message the other never sends, or each
+        // finish having only sent: they first agree on the call (its descriptor, root included) in a
+        // dissemination round, which no rank leaves until every rank's descriptor has matched along the
+        // way. `checkCalls: false` saves its ⌈log2 n⌉ empty messages.
+        await Promise.race([disseminationBarrier(ctx), failed]);
+      }
       await Promise.race([
         runAlgorithm(ctx, op, algorithm, { input: this.#view(op.input), output: this.#view(op.output) }),
         failed,

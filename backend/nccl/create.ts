@@ -18,10 +18,8 @@ import { featureSupport } from "../../ffi/nccl/features.ts";
 import { getUniqueId, nccl } from "../../ffi/nccl/nccl.ts";
 import { MemoryStore } from "../../store/memory_store.ts";
 import type { Store } from "../../store/store.ts";
-import { TcpStore } from "../../store/tcp_store.ts";
-import { TcpStoreServer } from "../../store/tcp_store_server.ts";
-import { STORE_SECRET_ENV } from "../../store/secret.ts";
-import { parseInitMethod, rankInfo } from "../env.ts";
+import { environment, Rendezvous } from "../_rendezvous.ts";
+import { rankInfo } from "../env.ts";
 import type { InitOptions } from "../init.ts";
 import { Communicator } from "./_communicator.ts";
 import { NcclRank } from "./_rank.ts";
@@ -152,12 +150,10 @@ export async function createNcclGroup(options: CreateNcclGroupOptions): Promise<
   });
 }
 
-const LOOPBACK = /^(127\.|localhost$|::1$)/;
-
 /**
  * What `init({ backend: "nccl" })` runs: finds this rank (torchrun, Slurm or MPI variables, or the
- * options), rendezvous through a TCP store served by rank 0 (an in-memory store for a world of one),
- * then {@linkcode createNcclGroup}.
+ * options), meets the others through the shared rendezvous (`../_rendezvous.ts`: a TCP store served by
+ * rank 0; an in-memory store for a world of one), then {@linkcode createNcclGroup}.
  *
  * @param options `init`'s options; `nccl` holds the device and tuning.
  * @returns The world group.
@@ -167,14 +163,7 @@ const LOOPBACK = /^(127\.|localhost$|::1$)/;
 export async function initNccl(
   options: InitOptions & { nccl?: NcclOptions } = {},
 ): Promise<NcclProcessGroup> {
-  let vars: Readonly<Record<string, string | undefined>> = options.env ?? {};
-  if (!options.env) {
-    try {
-      vars = Deno.env.toObject();
-    } catch {
-      vars = {};
-    }
-  }
+  const vars = environment(options);
   const info = rankInfo(vars, { rank: options.rank, worldSize: options.worldSize });
   const timeoutMs = options.timeoutMs ?? 300_000;
   const base = {
@@ -193,55 +182,18 @@ export async function initNccl(
       throw e;
     }
   }
-  const method = parseInitMethod(options.initMethod ?? "env://");
-  const secret = options.secret ?? vars[STORE_SECRET_ENV];
-  let hostname = method.hostname ?? info.masterAddr;
-  let port = method.port ?? info.masterPort;
-  let server: TcpStoreServer | undefined;
-  if (info.rank === 0 && vars["DCOMM_STORE_HOSTED"] !== "1") {
-    if (hostname === undefined && port === undefined) {
-      throw new RangeError(
-        "Cannot rendezvous: expected MASTER_ADDR and MASTER_PORT in the environment or a tcp://host:port " +
-          "init method, found neither",
-      );
-    }
-    hostname ??= "127.0.0.1";
-    server = await TcpStoreServer.listen({
-      hostname: LOOPBACK.test(hostname) ? "127.0.0.1" : "0.0.0.0",
-      port: port ?? 0,
-      secret,
-    });
-    port = server.port;
-  }
-  if (hostname === undefined || port === undefined) {
-    await server?.close();
-    throw new RangeError(
-      `Cannot rendezvous: expected MASTER_ADDR and MASTER_PORT (or tcp://host:port), found ${hostname}:${port}`,
-    );
-  }
-  const store = await TcpStore.connect({ hostname, port, secret, timeoutMs });
-  const world = Array.from({ length: info.worldSize }, (_, i) => i);
-  const onClose = async (): Promise<void> => {
-    // Rank 0's store must outlive every rank's use of it: each rank checks out, rank 0 waits for all.
-    try {
-      await store.set(`dcomm/nccl/closed/${info.rank}`, "1");
-      if (server) {
-        await store.wait(world.map((r) => `dcomm/nccl/closed/${r}`), {
-          timeoutMs: Math.min(timeoutMs, 30_000),
-        });
-      }
-    } catch {
-      // A rank that died never checks out; closing must not fail because of it.
-    } finally {
-      await store.close();
-      await server?.close();
-    }
-  };
+  const rendezvous = await Rendezvous.join({ ...options, env: vars });
   try {
-    return await createNcclGroup({ ...base, store, onClose });
+    const group = await createNcclGroup({
+      ...base,
+      store: rendezvous.store,
+      onClose: () => rendezvous.checkOut("dcomm/nccl", false),
+    });
+    // The world has formed: the store is needed again only to close.
+    rendezvous.formed();
+    return group;
   } catch (e) {
-    await store.close();
-    await server?.close();
+    await rendezvous.abandon();
     throw e;
   }
 }

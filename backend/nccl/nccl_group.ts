@@ -16,8 +16,9 @@
  *
  * @module
  */
-import { checkBlocks, checkGroupRanks, checkPeer, checkRank } from "../_checks.ts";
-import { checkOp, type DType, dtypeOf, dtypeSize, type ReduceOp, type TypedArray } from "../../core/dtype.ts";
+import { checkGroupRanks } from "../_checks.ts";
+import { type CallRecord, type Collective, GroupFront, VERB } from "../_front.ts";
+import { type DType, dtypeSize, type ReduceOp, type TypedArray } from "../../core/dtype.ts";
 import { DistError, UnsupportedError } from "../../core/errors.ts";
 import { MemcpyKind, MemoryType } from "../../ffi/cudart/constants.ts";
 import {
@@ -46,11 +47,9 @@ import { Stream } from "../../gpu/stream.ts";
 import {
   type AllocOptions,
   type AnyTensor,
-  type CallOptions,
   type DeviceTensor,
   type GroupOptions,
   isDeviceTensor,
-  type ProcessGroup,
 } from "../process_group.ts";
 import type { Communicator } from "./_communicator.ts";
 import type { NcclRank, PendingOp } from "./_rank.ts";
@@ -87,20 +86,15 @@ interface Operand {
   };
 }
 
-const COLLECTIVE_WORDS: Readonly<Record<string, string>> = {
-  allReduce: "all-reduce",
-  broadcast: "broadcast",
-  reduce: "reduce",
-  allGather: "all-gather",
-  reduceScatter: "reduce-scatter",
-  allToAll: "all-to-all",
-  barrier: "barrier",
-  send: "send",
-  recv: "recv",
-};
+/** How {@linkcode NcclProcessGroup}'s calls are launched: settled by the timeout, the signal and the stream waited for. */
+interface LaunchOptions {
+  readonly timeoutMs: number;
+  readonly signal?: AbortSignal;
+  readonly waitFor?: Stream;
+}
 
 /** A process group of the `nccl` backend. */
-export class NcclProcessGroup implements ProcessGroup {
+export class NcclProcessGroup extends GroupFront<NcclWork> {
   /** This rank within the group, or -1 if this rank is not a member. */
   readonly rank: number;
   /** The number of ranks in the group. */
@@ -127,6 +121,7 @@ export class NcclProcessGroup implements ProcessGroup {
    * @throws {CudaError} If the group's stream cannot be created.
    */
   constructor(init: NcclGroupInit) {
+    super();
     this.#ctx = init.rank;
     this.#id = init.id;
     this.ranks = init.ranks;
@@ -173,185 +168,256 @@ export class NcclProcessGroup implements ProcessGroup {
     return this.#abortReason;
   }
 
-  allReduce(tensor: AnyTensor, options: NcclReduceOptions = {}): NcclWork {
-    const what = "all-reduce";
-    const dtype = this.#dtype(what, tensor, options);
-    const op = this.#op(what, options);
-    const inout = this.#operand(what, tensor, dtype, { upload: true, download: true });
-    const n = this.size;
-    return this.#launch("allReduce", dtype, tensor.length, [inout], options, (s, comm, stream) => {
-      return this.#withOp(
-        what,
-        dtype,
-        op,
-        options.scale,
-        comm,
-        (redOp) =>
-          s.ncclAllReduce(
-            inout.pointer,
-            inout.pointer,
-            BigInt(tensor.length),
-            ncclDataType(dtype),
-            redOp,
-            comm,
-            stream,
-          ),
-      );
-    }, (2 * (n - 1) / n) * inout.bytes);
+  // The collectives, as GroupFront checks them; restated only for the nccl backend's own options.
+  /** See `ProcessGroup.allReduce`; `scale` pre-multiplies each input (with `op: "sum"`). */
+  override allReduce(tensor: AnyTensor, options: NcclReduceOptions = {}): NcclWork {
+    return super.allReduce(tensor, options);
+  }
+  /** See `ProcessGroup.broadcast`. */
+  override broadcast(tensor: AnyTensor, options: NcclRootOptions = {}): NcclWork {
+    return super.broadcast(tensor, options);
+  }
+  /** See `ProcessGroup.reduce`; `scale` as in {@linkcode NcclProcessGroup.allReduce}. */
+  override reduce(tensor: AnyTensor, options: NcclRootReduceOptions = {}): NcclWork {
+    return super.reduce(tensor, options);
+  }
+  /** See `ProcessGroup.allGather`. */
+  override allGather(output: AnyTensor, input: AnyTensor, options: NcclAlgorithmOptions = {}): NcclWork {
+    return super.allGather(output, input, options);
+  }
+  /** See `ProcessGroup.reduceScatter`; `scale` as in {@linkcode NcclProcessGroup.allReduce}. */
+  override reduceScatter(output: AnyTensor, input: AnyTensor, options: NcclReduceOptions = {}): NcclWork {
+    return super.reduceScatter(output, input, options);
+  }
+  /** See `ProcessGroup.allToAll`. */
+  override allToAll(output: AnyTensor, input: AnyTensor, options: NcclAlgorithmOptions = {}): NcclWork {
+    return super.allToAll(output, input, options);
+  }
+  /** See `ProcessGroup.barrier`: an all-reduce of one int32 on the device. */
+  override barrier(options: NcclCallOptions = {}): NcclWork {
+    return super.barrier(options);
+  }
+  /** See `ProcessGroup.send` (NCCL 2.7). */
+  override send(tensor: AnyTensor, peer: number, options: NcclCallOptions = {}): NcclWork {
+    return super.send(tensor, peer, options);
+  }
+  /** See `ProcessGroup.recv` (NCCL 2.7). */
+  override recv(tensor: AnyTensor, peer: number, options: NcclCallOptions = {}): NcclWork {
+    return super.recv(tensor, peer, options);
   }
 
-  broadcast(tensor: AnyTensor, options: NcclRootOptions = {}): NcclWork {
-    const what = "broadcast";
-    const dtype = this.#dtype(what, tensor, options);
-    const root = this.#rankArg(what, "root", options.root ?? 0);
-    const isRoot = root === this.rank;
-    const inout = this.#operand(what, tensor, dtype, { upload: isRoot, download: !isRoot });
-    return this.#launch("broadcast", dtype, tensor.length, [inout], options, (s, comm, stream) => {
-      return s.ncclBroadcast(
-        inout.pointer,
-        inout.pointer,
-        BigInt(tensor.length),
-        ncclDataType(dtype),
-        root,
-        comm,
-        stream,
-      );
-    }, this.size > 1 ? inout.bytes : 0);
+  protected get defaultTimeoutMs(): number {
+    return this.#timeoutMs;
   }
 
-  reduce(tensor: AnyTensor, options: NcclRootReduceOptions = {}): NcclWork {
-    const what = "reduce";
-    const dtype = this.#dtype(what, tensor, options);
-    const op = this.#op(what, options);
-    const root = this.#rankArg(what, "root", options.root ?? 0);
-    const inout = this.#operand(what, tensor, dtype, { upload: true, download: root === this.rank });
-    return this.#launch("reduce", dtype, tensor.length, [inout], options, (s, comm, stream) => {
-      return this.#withOp(
-        what,
-        dtype,
-        op,
-        options.scale,
-        comm,
-        (redOp) =>
-          s.ncclReduce(
-            inout.pointer,
-            inout.pointer,
-            BigInt(tensor.length),
-            ncclDataType(dtype),
-            redOp,
-            root,
-            comm,
-            stream,
-          ),
-      );
-    }, this.size > 1 ? inout.bytes : 0);
+  protected get isClosed(): boolean {
+    return this.#closed;
   }
 
-  allGather(output: AnyTensor, input: AnyTensor, options: NcclAlgorithmOptions = {}): NcclWork {
-    const what = "all-gather";
-    const dtype = this.#pairDtypes(what, output, input, options);
-    checkBlocks("allGather", output, input, this.size);
-    const inp = this.#operand(what, input, dtype, { upload: true, download: false });
-    const out = this.#operand(what, output, dtype, { upload: false, download: true });
-    return this.#launch("allGather", dtype, input.length, [inp, out], options, (s, comm, stream) => {
-      return s.ncclAllGather(
-        inp.pointer,
-        out.pointer,
-        BigInt(input.length),
-        ncclDataType(dtype),
-        comm,
-        stream,
-      );
-    }, (this.size - 1) * inp.bytes);
+  protected override describe(): string {
+    return `group ${this.#id} (ranks ${this.ranks.join(", ")})`;
   }
 
-  reduceScatter(output: AnyTensor, input: AnyTensor, options: NcclReduceOptions = {}): NcclWork {
-    const what = "reduce-scatter";
-    const dtype = this.#pairDtypes(what, output, input, options);
-    const op = this.#op(what, options);
-    checkBlocks("reduceScatter", output, input, this.size);
-    const inp = this.#operand(what, input, dtype, { upload: true, download: false });
-    const out = this.#operand(what, output, dtype, { upload: false, download: true });
-    return this.#launch("reduceScatter", dtype, input.length, [inp, out], options, (s, comm, stream) => {
-      return this.#withOp(
-        what,
-        dtype,
-        op,
-        options.scale,
-        comm,
-        (redOp) =>
-          s.ncclReduceScatter(
-            inp.pointer,
-            out.pointer,
-            BigInt(output.length),
-            ncclDataType(dtype),
-            redOp,
-            comm,
-            stream,
-          ),
-      );
-    }, (this.size - 1) * out.bytes);
+  /** Any device tensor or host TypedArray; a device tensor must be on this rank's device (see #operand). */
+  protected checkTensor(): void {}
+
+  protected checkAlgorithm(collective: Collective, name: string): void {
+    if (name === "nccl") return;
+    throw new UnsupportedError(
+      `Cannot ${VERB[collective]} with algorithm "${name}": the nccl backend runs NCCL's own algorithms ` +
+        `(choose them with init({ nccl: { tuning: { algo } } }) or NCCL_ALGO); expected "auto" or "nccl"`,
+    );
   }
 
-  allToAll(output: AnyTensor, input: AnyTensor, options: NcclAlgorithmOptions = {}): NcclWork {
-    const what = "all-to-all";
-    const dtype = this.#pairDtypes(what, output, input, options);
-    checkBlocks("allToAll", output, input, this.size);
+  protected override rejected(error: Error): NcclWork {
+    return new NcclWork(Promise.reject(error), { event: null });
+  }
+
+  /**
+   * Queues a checked call on the group's stream: what NCCL's version must offer for it (bfloat16 and avg
+   * 2.10, a scale 2.11, send/recv 2.7; all-to-all is `ncclAlltoAll` from 2.28, grouped sends and receives
+   * before), then the operands (host arrays staged), then the NCCL call.
+   *
+   * @param call The call.
+   * @returns Its Work.
+   */
+  protected execute(call: CallRecord): NcclWork {
+    const { collective, dtype, root } = call;
+    const what = VERB[collective];
+    const options = call.options as NcclReduceOptions;
     const { version, symbols } = this.#ctx.library;
-    const native = hasFeature("alltoall", version, symbols);
-    if (!native) requireFeature("sendRecv", version, { what, symbols });
-    const inp = this.#operand(what, input, dtype, { upload: true, download: false });
-    const out = this.#operand(what, output, dtype, { upload: false, download: true });
-    const count = input.length / this.size;
-    const block = count * dtypeSize(dtype);
+    if (dtype === "bfloat16") requireFeature("bfloat16", version, { what: `${what} bfloat16` });
     const t = ncclDataType(dtype);
-    return this.#launch("allToAll", dtype, input.length, [inp, out], options, (s, comm, stream) => {
-      if (native && s.ncclAlltoAll) {
-        return s.ncclAlltoAll(inp.pointer, out.pointer, BigInt(count), t, comm, stream);
+    const n = this.size;
+    switch (collective) {
+      case "allReduce": {
+        const tensor = call.tensor as AnyTensor;
+        const op = this.#op(what, call.op, options.scale);
+        const inout = this.#operand(what, tensor, dtype, { upload: true, download: true });
+        const count = BigInt(tensor.length);
+        return this.#launch(
+          collective,
+          dtype,
+          tensor.length,
+          [inout],
+          this.#how(call),
+          (s, comm, stream) =>
+            this.#withOp(
+              what,
+              dtype,
+              op,
+              options.scale,
+              comm,
+              (redOp) => s.ncclAllReduce(inout.pointer, inout.pointer, count, t, redOp, comm, stream),
+            ),
+          (2 * (n - 1) / n) * inout.bytes,
+        );
       }
-      // Before 2.28: one group of a send and a receive per peer, which NCCL runs as one operation.
-      return this.#grouped(s, () => {
-        for (let p = 0; p < this.size; p++) {
-          const rc1 = s.ncclSend(offset(inp.pointer, p * block), BigInt(count), t, p, comm, stream);
-          if (rc1 !== NcclResult.Success) return rc1;
-          const rc2 = s.ncclRecv(offset(out.pointer, p * block), BigInt(count), t, p, comm, stream);
-          if (rc2 !== NcclResult.Success) return rc2;
-        }
-        return NcclResult.Success;
-      });
-    }, ((this.size - 1) / this.size) * inp.bytes);
-  }
-
-  barrier(options: NcclCallOptions = {}): NcclWork {
-    this.#member("barrier");
-    this.#barrier ??= DeviceBuffer.alloc(1, { dtype: "int32", device: this.#ctx.device });
-    const buf = this.#barrier;
-    const operand: Operand = { pointer: buf.pointer, bytes: 4 };
-    return this.#launch("barrier", "int32", 1, [operand], options, (s, comm, stream) => {
-      return s.ncclAllReduce(buf.pointer, buf.pointer, 1n, NcclDataType.Int32, NcclRedOp.Sum, comm, stream);
-    }, this.size > 1 ? 8 : 0);
-  }
-
-  send(tensor: AnyTensor, peer: number, options: NcclCallOptions = {}): NcclWork {
-    const what = "send";
-    const dtype = this.#dtype(what, tensor, options);
-    const to = this.#peer(what, peer);
-    requireFeature("sendRecv", this.#ctx.library.version, { what, symbols: this.#ctx.library.symbols });
-    const inp = this.#operand(what, tensor, dtype, { upload: true, download: false });
-    return this.#launch("send", dtype, tensor.length, [inp], options, (s, comm, stream) => {
-      return s.ncclSend(inp.pointer, BigInt(tensor.length), ncclDataType(dtype), to, comm, stream);
-    }, inp.bytes);
-  }
-
-  recv(tensor: AnyTensor, peer: number, options: NcclCallOptions = {}): NcclWork {
-    const what = "recv";
-    const dtype = this.#dtype(what, tensor, options);
-    const from = this.#peer(what, peer);
-    requireFeature("sendRecv", this.#ctx.library.version, { what, symbols: this.#ctx.library.symbols });
-    const out = this.#operand(what, tensor, dtype, { upload: false, download: true });
-    return this.#launch("recv", dtype, tensor.length, [out], options, (s, comm, stream) => {
-      return s.ncclRecv(out.pointer, BigInt(tensor.length), ncclDataType(dtype), from, comm, stream);
-    }, 0);
+      case "broadcast": {
+        const tensor = call.tensor as AnyTensor;
+        const isRoot = root === this.rank;
+        const inout = this.#operand(what, tensor, dtype, { upload: isRoot, download: !isRoot });
+        const count = BigInt(tensor.length);
+        return this.#launch(
+          collective,
+          dtype,
+          tensor.length,
+          [inout],
+          this.#how(call),
+          (s, comm, stream) => s.ncclBroadcast(inout.pointer, inout.pointer, count, t, root, comm, stream),
+          n > 1 ? inout.bytes : 0,
+        );
+      }
+      case "reduce": {
+        const tensor = call.tensor as AnyTensor;
+        const op = this.#op(what, call.op, options.scale);
+        const inout = this.#operand(what, tensor, dtype, { upload: true, download: root === this.rank });
+        const count = BigInt(tensor.length);
+        return this.#launch(
+          collective,
+          dtype,
+          tensor.length,
+          [inout],
+          this.#how(call),
+          (s, comm, stream) =>
+            this.#withOp(
+              what,
+              dtype,
+              op,
+              options.scale,
+              comm,
+              (redOp) => s.ncclReduce(inout.pointer, inout.pointer, count, t, redOp, root, comm, stream),
+            ),
+          n > 1 ? inout.bytes : 0,
+        );
+      }
+      case "allGather": {
+        const input = call.input as AnyTensor;
+        const output = call.output as AnyTensor;
+        const [inp, out] = this.#operands(what, input, output, dtype);
+        const count = BigInt(input.length);
+        return this.#launch(
+          collective,
+          dtype,
+          input.length,
+          [inp, out],
+          this.#how(call),
+          (s, comm, stream) => s.ncclAllGather(inp.pointer, out.pointer, count, t, comm, stream),
+          (n - 1) * inp.bytes,
+        );
+      }
+      case "reduceScatter": {
+        const input = call.input as AnyTensor;
+        const output = call.output as AnyTensor;
+        const op = this.#op(what, call.op, options.scale);
+        const [inp, out] = this.#operands(what, input, output, dtype);
+        const count = BigInt(output.length);
+        return this.#launch(
+          collective,
+          dtype,
+          input.length,
+          [inp, out],
+          this.#how(call),
+          (s, comm, stream) =>
+            this.#withOp(
+              what,
+              dtype,
+              op,
+              options.scale,
+              comm,
+              (redOp) => s.ncclReduceScatter(inp.pointer, out.pointer, count, t, redOp, comm, stream),
+            ),
+          (n - 1) * out.bytes,
+        );
+      }
+      case "allToAll": {
+        const input = call.input as AnyTensor;
+        const output = call.output as AnyTensor;
+        const native = hasFeature("alltoall", version, symbols);
+        if (!native) requireFeature("sendRecv", version, { what, symbols });
+        const [inp, out] = this.#operands(what, input, output, dtype);
+        const count = input.length / n;
+        const block = count * dtypeSize(dtype);
+        return this.#launch(
+          collective,
+          dtype,
+          input.length,
+          [inp, out],
+          this.#how(call),
+          (s, comm, stream) => {
+            if (native && s.ncclAlltoAll) {
+              return s.ncclAlltoAll(inp.pointer, out.pointer, BigInt(count), t, comm, stream);
+            }
+            // Before 2.28: one group of a send and a receive per peer, which NCCL runs as one operation.
+            return this.#grouped(s, () => {
+              for (let p = 0; p < n; p++) {
+                const rc1 = s.ncclSend(offset(inp.pointer, p * block), BigInt(count), t, p, comm, stream);
+                if (rc1 !== NcclResult.Success) return rc1;
+                const rc2 = s.ncclRecv(offset(out.pointer, p * block), BigInt(count), t, p, comm, stream);
+                if (rc2 !== NcclResult.Success) return rc2;
+              }
+              return NcclResult.Success;
+            });
+          },
+          ((n - 1) / n) * inp.bytes,
+        );
+      }
+      case "barrier": {
+        this.#barrier ??= DeviceBuffer.alloc(1, { dtype: "int32", device: this.#ctx.device });
+        const buf = this.#barrier;
+        const operand: Operand = { pointer: buf.pointer, bytes: 4 };
+        return this.#launch(
+          collective,
+          "int32",
+          1,
+          [operand],
+          this.#how(call),
+          (s, comm, stream) =>
+            s.ncclAllReduce(buf.pointer, buf.pointer, 1n, NcclDataType.Int32, NcclRedOp.Sum, comm, stream),
+          n > 1 ? 8 : 0,
+        );
+      }
+      case "send":
+      case "recv": {
+        const tensor = call.tensor as AnyTensor;
+        requireFeature("sendRecv", version, { what, symbols });
+        const sending = collective === "send";
+        const operand = this.#operand(what, tensor, dtype, { upload: sending, download: !sending });
+        const count = BigInt(tensor.length);
+        return this.#launch(
+          collective,
+          dtype,
+          tensor.length,
+          [operand],
+          this.#how(call),
+          (s, comm, stream) =>
+            sending
+              ? s.ncclSend(operand.pointer, count, t, root, comm, stream)
+              : s.ncclRecv(operand.pointer, count, t, root, comm, stream),
+          sending ? operand.bytes : 0,
+        );
+      }
+    }
   }
 
   /**
@@ -378,7 +444,11 @@ export class NcclProcessGroup implements ProcessGroup {
    */
   run(name: string, fn: (context: NcclRunContext) => number | void, options: NcclCallOptions = {}): NcclWork {
     this.#member(name);
-    return this.#launch(name, "uint8", 0, [], options, (s, comm, stream) => {
+    const timeoutMs = options.timeoutMs ?? this.#timeoutMs;
+    if (!(timeoutMs > 0)) {
+      throw new RangeError(`Cannot ${name}: expected timeoutMs to be a number > 0, found ${timeoutMs}`);
+    }
+    return this.#launch(name, "uint8", 0, [], { ...options, timeoutMs }, (s, comm, stream) => {
       return fn({ comm, stream, symbols: s }) ?? NcclResult.Success;
     }, 0);
   }
@@ -441,11 +511,6 @@ export class NcclProcessGroup implements ProcessGroup {
     }
   }
 
-  /** Closes the group, as {@linkcode NcclProcessGroup.close}, for `await using`. */
-  [Symbol.asyncDispose](): Promise<void> {
-    return this.close();
-  }
-
   #member(what: string): void {
     if (this.rank < 0) {
       throw new RangeError(
@@ -468,43 +533,14 @@ export class NcclProcessGroup implements ProcessGroup {
     return comm;
   }
 
-  #dtype(what: string, tensor: AnyTensor, options: CallOptions): DType {
-    this.#member(what);
-    let dtype: DType;
-    if (isDeviceTensor(tensor)) {
-      dtype = tensor.dtype;
-      if (options.dtype !== undefined && options.dtype !== dtype) {
-        throw new TypeError(`Cannot ${what}: the device tensor holds ${dtype}, found dtype ${options.dtype}`);
-      }
-    } else {
-      try {
-        dtype = dtypeOf(tensor, options.dtype);
-      } catch (e) {
-        throw new TypeError(`Cannot ${what}: ${(e as Error).message}`);
-      }
-    }
-    if (dtype === "bfloat16") {
-      requireFeature("bfloat16", this.#ctx.library.version, { what: `${what} bfloat16` });
-    }
-    return dtype;
-  }
-
-  #pairDtypes(what: string, output: AnyTensor, input: AnyTensor, options: CallOptions): DType {
-    const a = this.#dtype(what, input, options);
-    const b = this.#dtype(what, output, options);
-    if (a !== b) throw new TypeError(`Cannot ${what}: input is ${a} but output is ${b}`);
-    return a;
-  }
-
-  #op(what: string, options: NcclReduceOptions): ReduceOp {
-    const op = checkOp(options.op ?? "sum");
+  #op(what: string, op: ReduceOp, scale: number | undefined): ReduceOp {
     if (op === "avg") requireFeature("avg", this.#ctx.library.version, { what: `${what} with op "avg"` });
-    if (options.scale !== undefined) {
+    if (scale !== undefined) {
       if (op !== "sum") {
         throw new RangeError(`Cannot ${what}: scale works with op "sum" only, found op "${op}"`);
       }
-      if (typeof options.scale !== "number" || !Number.isFinite(options.scale)) {
-        throw new TypeError(`Cannot ${what}: scale must be a finite number, found ${String(options.scale)}`);
+      if (typeof scale !== "number" || !Number.isFinite(scale)) {
+        throw new TypeError(`Cannot ${what}: scale must be a finite number, found ${String(scale)}`);
       }
       const { version, symbols } = this.#ctx.library;
       requireFeature("preMulSum", version, { what: `${what} with a scale`, symbols });
@@ -512,12 +548,24 @@ export class NcclProcessGroup implements ProcessGroup {
     return op;
   }
 
-  #rankArg(what: string, name: string, r: number): number {
-    return checkRank(what, name, r, this.size);
+  /** The input and output of an out-of-place collective; the input's slot is released if the output fails. */
+  #operands(what: string, input: AnyTensor, output: AnyTensor, dtype: DType): [Operand, Operand] {
+    const inp = this.#operand(what, input, dtype, { upload: true, download: false });
+    try {
+      return [inp, this.#operand(what, output, dtype, { upload: false, download: true })];
+    } catch (e) {
+      if (inp.host) this.#ctx.staging.release(inp.host.slot);
+      throw e;
+    }
   }
 
-  #peer(what: string, peer: number): number {
-    return checkPeer(what, peer, this);
+  /** The timeout, signal and stream to wait for of a checked call. */
+  #how(call: CallRecord): LaunchOptions {
+    return {
+      timeoutMs: call.timeoutMs,
+      signal: call.signal,
+      waitFor: (call.options as NcclCallOptions).waitFor,
+    };
   }
 
   #operand(
@@ -630,29 +678,25 @@ export class NcclProcessGroup implements ProcessGroup {
     dtype: DType,
     count: number,
     operands: readonly Operand[],
-    options: NcclCallOptions,
+    options: LaunchOptions,
     call: (symbols: NcclSymbols, comm: Deno.PointerValue, stream: Deno.PointerValue) => number,
     bytesSent: number,
   ): NcclWork {
-    const word = COLLECTIVE_WORDS[collective] ?? collective;
+    const word = (VERB as Readonly<Record<string, string>>)[collective] ?? collective;
     const where = `on NCCL group ${this.#id} (rank ${this.rank} of ${this.size})`;
-    const describe = collective in COLLECTIVE_WORDS
-      ? `${word} of ${count} ${dtype} ${where}`
-      : `${word} ${where}`;
-    const timeoutMs = options.timeoutMs ?? this.#timeoutMs;
+    const describe = collective in VERB ? `${word} of ${count} ${dtype} ${where}` : `${word} ${where}`;
+    const { timeoutMs, waitFor } = options;
     const release = (): void => {
       for (const o of operands) if (o.host) this.#ctx.staging.release(o.host.slot);
     };
-    if (!(timeoutMs > 0)) {
-      release();
-      throw new RangeError(`Invalid timeoutMs: expected a number > 0, found ${timeoutMs}`);
-    }
     const completion: CompletionEvent = { event: null };
     let comm: Communicator;
     try {
       comm = this.#ready(word);
       if (options.signal?.aborted) {
-        throw new DistError(`Aborted before it started: ${String(options.signal.reason)}`);
+        throw new DistError(`Aborted before it started: ${String(options.signal.reason)}`, {
+          code: "ABORTED",
+        });
       }
     } catch (e) {
       release();
@@ -674,9 +718,9 @@ export class NcclProcessGroup implements ProcessGroup {
     try {
       setDevice(ctx.device);
       ctx.order(stream);
-      if (options.waitFor) {
+      if (waitFor) {
         const marker = ctx.acquireEvent();
-        recordEvent(marker, options.waitFor.pointer);
+        recordEvent(marker, waitFor.pointer);
         streamWaitEvent(stream, marker);
         ctx.releaseEvent(marker);
       }

@@ -25,7 +25,10 @@ Deno.test("ProcessGroup rejects bad arguments with TypeError/RangeError naming e
   );
   assert.match(e.allToAllLength, /^RangeError: Cannot all-to-all: .*multiple of 2/);
   assert.match(e.dtypes, /^TypeError: Cannot all-gather: input is float32 but output is int32/);
-  assert.match(e.op, /^TypeError: Unknown reduce op: expected one of sum, prod, min, max, avg, found median/);
+  assert.match(
+    e.op,
+    /^TypeError: Cannot all-reduce: Unknown reduce op: expected one of sum, prod, min, max, avg, found median/,
+  );
   assert.match(e.uint16, /^TypeError: Cannot all-reduce: A Uint16Array needs an explicit dtype/);
   assert.match(e.clamped, /^TypeError: .*Uint8ClampedArray/);
   assert.match(

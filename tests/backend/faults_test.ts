@@ -107,9 +107,14 @@ for (const [transport, size] of [["tcp", "16 MiB"], ["shm", "16 MiB"], ["shm", "
 }
 
 const MISMATCHES = [
-  ...["count", "op", "dtype", "collective", "algorithm"].map((v) => [v, "tcp", "ring"]),
+  // Over messages: each message's descriptor; a rooted call first agrees on its descriptor (root included).
+  ...["count", "op", "dtype", "collective", "algorithm", "root", "rootEach", "reduceRoot"].map((
+    v,
+  ) => [v, "tcp", "ring"]),
   // Through the host segment: the descriptor in each rank's log is what catches them.
-  ...["count", "op", "dtype", "collective", "algorithm", "root"].map((v) => [v, "shm", "auto"]),
+  ...["count", "op", "dtype", "collective", "algorithm", "root", "rootEach", "reduceRoot"].map((
+    v,
+  ) => [v, "shm", "auto"]),
 ];
 for (const [variant, transport, algorithm] of MISMATCHES) {
   Deno.test(`mismatched calls (${variant}, ${transport} ${algorithm}) fail on every rank, naming both ranks and both calls`, async () => {
@@ -123,9 +128,16 @@ for (const [variant, transport, algorithm] of MISMATCHES) {
     // The rank that detected it names both calls; the others learn its reason through the abort.
     const detail = messages.find((m) => /Mismatched calls/.test(m));
     assert.ok(detail, messages.join("\n"));
-    assert.match(detail, /rank 1\b/i);
-    assert.match(detail, /rank [02]\b/i);
-    assert.match(detail, /(allReduce|broadcast)\(.*\).*(allReduce|broadcast)\(/);
+    if (variant === "rootEach") {
+      // Every rank named another root: any two of them disagree.
+      const named = new Set([...detail.matchAll(/rank (\d)\b/gi)].map((m) => m[1]));
+      assert.ok(named.size >= 2, detail);
+    } else {
+      assert.match(detail, /rank 1\b/i);
+      assert.match(detail, /rank [02]\b/i);
+    }
+    assert.match(detail, /(allReduce|broadcast|reduce)\(.*\).*(allReduce|broadcast|reduce)\(/);
+    if (/root|Root/.test(variant)) assert.match(detail, /root \d.*root \d/, detail);
     for (const m of messages) assert.match(m, /Mismatched calls|aborted/);
   });
 }

@@ -4,7 +4,7 @@
  * - `loop`: all-reduce 16 MiB forever (1 KiB with a second argument `small`), printing `STARTED` once;
  *   the test kills one rank.
  * - `mismatch`: rank 1 makes a different call than the others (second argument: count | op | dtype |
- *   collective | algorithm | root), with algorithm `FAULT_ALGORITHM` (default "ring"; "auto" runs
+ *   collective | algorithm | root | reduceRoot; rootEach: every rank names another root), with algorithm `FAULT_ALGORITHM` (default "ring"; "auto" runs
  *   through the host segment over shared memory).
  * - `skip`: rank 1 skips the collective the others make (they time out).
  * Every rank prints `FAILED <name> <ms> <message>` when its call fails, or `DONE`.
@@ -28,6 +28,12 @@ try {
     if (odd && variant === "collective") await pg.broadcast(t, { root: 0 });
     else if (variant === "root") {
       await pg.broadcast(t, { root: odd ? 1 : 0, algorithm: algorithm === "ring" ? "binomial" : algorithm });
+    } else if (variant === "rootEach") {
+      // Every rank names the next as the root: each waits for a parent that never sends.
+      const root = (pg.rank + 1) % pg.size;
+      await pg.broadcast(t, { root, algorithm: algorithm === "ring" ? "chain" : algorithm });
+    } else if (variant === "reduceRoot") {
+      await pg.reduce(t, { root: odd ? 1 : 0, algorithm: algorithm === "ring" ? "binomial" : algorithm });
     } else {
       await pg.allReduce(t, {
         op: odd && variant === "op" ? "max" : "sum",

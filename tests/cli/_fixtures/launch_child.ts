@@ -23,7 +23,10 @@ if (mode === "fail" && rank === 1) {
 }
 if (mode === "fail" || mode === "hang") {
   // Waits to be stopped by the launcher; writes its pid so the test can check that nothing is left.
-  Deno.writeTextFileSync(`${Deno.env.get("PID_DIR")}/${rank}`, String(Deno.pid));
+  // Written whole, then renamed: a rank stopped mid-write must not leave an empty pid file behind.
+  const dir = Deno.env.get("PID_DIR");
+  Deno.writeTextFileSync(`${dir}/.${rank}.tmp`, String(Deno.pid));
+  Deno.renameSync(`${dir}/.${rank}.tmp`, `${dir}/${rank}`);
   await new Promise((r) => setTimeout(r, 60_000));
 }
 if (mode === "trap") {

@@ -1,0 +1,121 @@
+/**
+ * Starting the `cpu` backend: what `init({ backend: "cpu" })` runs. The ranks meet through the shared
+ * rendezvous (`../_rendezvous.ts`: a TCP store served by rank 0), each starts its engine (the
+ * communication Worker and its transport: shared memory and the host segment when every rank shares this
+ * host, TCP otherwise, or an in-process mesh), and the world group checks out of the store when it closes.
+ *
+ * @module
+ */
+import { SYS_MREMAP } from "../../ffi/libc/libc.ts";
+import { checkSegmentLayout, DEFAULT_SEGMENT_LAYOUT, type SegmentLayout } from "../../transport/segment.ts";
+import { environment, Rendezvous } from "../_rendezvous.ts";
+import type { InitOptions } from "../init.ts";
+import { CpuProcessGroup, EngineHandle } from "./cpu_group.ts";
+
+/**
+ * How the ranks of one host share memory for collectives (the cpu backend over shared memory): every
+ * rank owns `buffers` buffers of `bufferBytes` that the others read, and calls of at most `inlineBytes`
+ * run on the calling thread when nothing else is pending.
+ */
+export interface SegmentOptions {
+  /** Buffers per rank, a power of two. @default 4 */
+  buffers?: number;
+  /** Bytes per buffer, a multiple of 4096. @default 1048576 */
+  bufferBytes?: number;
+  /**
+   * Bytes of each rank's pool, a multiple of 65536, for tensors from `pg.alloc()` that collectives use in
+   * place (an all-reduce of pool tensors copies nothing). Reserved in /dev/shm up front. @default 0
+   */
+  poolBytes?: number;
+  /** Calls whose input has at most this many bytes may run on the calling thread (when nothing else is pending; larger calls overlap with the caller's work on the communication thread). @default 16777216 */
+  inlineBytes?: number;
+  /** Milliseconds such a call spins for its peers before the communication thread takes it over. @default 4 */
+  inlineSpinMs?: number;
+  /** Milliseconds the communication thread spins on the segment before it sleeps. @default 0.2 */
+  spinMs?: number;
+}
+
+/** The segment's layout (or `null`: no segment) and tuning, from `init`'s option and `DCOMM_SEGMENT`. */
+function segmentConfig(
+  option: boolean | SegmentOptions | undefined,
+  vars: Readonly<Record<string, string | undefined>>,
+): { layout: SegmentLayout | null; options: SegmentOptions } {
+  // The segment's mappings need the mremap system call, known on x86_64 and aarch64.
+  if (
+    option === false || SYS_MREMAP === undefined || (option === undefined && vars["DCOMM_SEGMENT"] === "0")
+  ) {
+    return { layout: null, options: {} };
+  }
+  const options = typeof option === "object" ? option : {};
+  const layout = checkSegmentLayout({
+    buffers: options.buffers ?? DEFAULT_SEGMENT_LAYOUT.buffers,
+    bufferBytes: options.bufferBytes ?? DEFAULT_SEGMENT_LAYOUT.bufferBytes,
+    poolBytes: options.poolBytes ?? 0,
+  });
+  for (const key of ["inlineBytes", "inlineSpinMs", "spinMs"] as const) {
+    const v = options[key];
+    if (v !== undefined && !(v >= 0)) {
+      throw new RangeError(`Invalid segment.${key}: expected a number >= 0, found ${v}`);
+    }
+  }
+  return { layout, options };
+}
+
+const LOOPBACK = /^(127\.|localhost$|::1$)/;
+
+/** The address a rank's TCP listener publishes by default: loopback for a loopback master, else a NIC's. */
+function defaultHostname(master: string): string {
+  if (LOOPBACK.test(master)) return "127.0.0.1";
+  for (const nic of Deno.networkInterfaces()) {
+    if (nic.family === "IPv4" && !nic.address.startsWith("127.")) return nic.address;
+  }
+  return "127.0.0.1";
+}
+
+/**
+ * Joins this process to a world of the `cpu` backend: what `init({ backend: "cpu" })` runs.
+ *
+ * @param options `init`'s options.
+ * @returns The world group.
+ * @throws {RangeError} If the rank, world size, store address or segment options are missing or invalid.
+ * @throws {TimeoutError} If the other ranks do not show up in time.
+ */
+export async function initCpu(options: InitOptions = {}): Promise<CpuProcessGroup> {
+  const vars = environment(options);
+  // Checked before anyone is met: a bad option fails here, not after the peers have connected.
+  const segment = segmentConfig(options.segment, vars);
+  const rendezvous = await Rendezvous.join({ ...options, env: vars });
+  const { info, timeoutMs } = rendezvous;
+  const inproc = options.inprocMesh !== undefined;
+  let engine: EngineHandle;
+  try {
+    engine = await EngineHandle.start({
+      rank: info.rank,
+      size: info.worldSize,
+      store: { hostname: rendezvous.hostname, port: rendezvous.port, secret: rendezvous.secret },
+      prefix: "dcomm",
+      transport: inproc ? "inproc" : options.transport ?? vars["DCOMM_TRANSPORT"] ?? "auto",
+      inprocMesh: options.inprocMesh,
+      hostname: options.hostname ?? vars["DCOMM_HOSTNAME"] ?? defaultHostname(rendezvous.hostname),
+      socketsPerPeer: options.socketsPerPeer ?? 1,
+      timeoutMs,
+      chunkBytes: options.chunkBytes ?? 1 << 20,
+      checkCalls: options.checkCalls ?? true,
+      segment: segment.layout,
+      segmentSpinMs: segment.options.spinMs ?? 0.2,
+      segmentInlineBytes: segment.options.inlineBytes,
+      segmentInlineSpinMs: segment.options.inlineSpinMs,
+    });
+  } catch (e) {
+    await rendezvous.abandon();
+    throw e;
+  }
+  rendezvous.formed();
+  return new CpuProcessGroup(engine, {
+    id: 0,
+    ranks: Array.from({ length: info.worldSize }, (_, i) => i),
+    globalRank: info.rank,
+    timeoutMs,
+    onClose: (failed: boolean) => rendezvous.checkOut("dcomm", failed),
+  });
+}

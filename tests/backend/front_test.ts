@@ -1,0 +1,106 @@
+/**
+ * One call front for every backend: the same bad calls, made on a cpu, an mpi and an nccl world of one
+ * (each in its own process, `_fixtures/front_errors.ts`), get the same errors, word for word, except the
+ * backend's own (which algorithms it runs). The nccl group runs over the real libnccl without a
+ * communicator: every call here is refused before NCCL would see it, so no GPU is needed.
+ *
+ * @module
+ */
+import assert from "node:assert/strict";
+import { gatedTest, hasCommand } from "../_util/skip.ts";
+import { NCCL_MISSING } from "../_util/gpu.ts";
+
+const FIXTURE = new URL("./_fixtures/front_errors.ts", import.meta.url).pathname;
+
+interface Answers {
+  errors: Record<string, string>;
+  afterClose: Record<string, string>;
+}
+
+async function answers(backend: string): Promise<Answers> {
+  const env = Deno.env.toObject();
+  for (const name of Object.keys(env)) {
+    if (/^(RANK|WORLD_SIZE|LOCAL_RANK|MASTER_ADDR|MASTER_PORT|PMI_\w+|SLURM_\w+)$/.test(name)) {
+      delete env[name];
+    }
+  }
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", FIXTURE, backend],
+    env,
+    clearEnv: true,
+    stdout: "piped",
+    stderr: "piped",
+    signal: AbortSignal.timeout(60_000),
+  }).output();
+  const stdout = new TextDecoder().decode(out.stdout);
+  const line = stdout.split("\n").find((l) => l.startsWith("RESULT "));
+  assert.ok(line, `${backend}: no RESULT line\n${stdout}\n${new TextDecoder().decode(out.stderr)}`);
+  assert.equal(out.code, 0, backend);
+  return JSON.parse(line.slice(7));
+}
+
+/** Each answer is an error of the expected class, not "no error". */
+function checkShapes(a: Answers, backend: string): void {
+  const expected: Record<string, string> = {
+    root: "RangeError",
+    negativeRoot: "RangeError",
+    fractionalRoot: "RangeError",
+    gatherLength: "RangeError",
+    scatterLength: "RangeError",
+    allToAllLength: "RangeError",
+    dtypes: "TypeError",
+    dtypeOption: "TypeError",
+    op: "TypeError",
+    uint16: "TypeError",
+    clamped: "TypeError",
+    notTensor: "TypeError",
+    peerSelf: "RangeError",
+    peerRange: "RangeError",
+    timeout: "RangeError",
+    timeoutType: "RangeError",
+    servers: "RangeError",
+    signal: "TypeError",
+    options: "TypeError",
+    detached: "TypeError",
+    resizable: "TypeError",
+    aborted: "DistError",
+  };
+  for (const [name, kind] of Object.entries(expected)) {
+    assert.match(a.errors[name], new RegExp(`^${kind}: `), `${backend} ${name}: ${a.errors[name]}`);
+  }
+  assert.match(a.errors.signal, /expected signal to be an AbortSignal, found an object/);
+  assert.match(a.errors.detached, /detached/);
+  assert.match(a.errors.aborted, /Aborted before it started: stop/);
+  for (const [name, message] of Object.entries(a.afterClose)) {
+    assert.match(message, /^DistError: Cannot [a-z -]+: the process group is closed$/, `${backend} ${name}`);
+  }
+}
+
+const mpiGate = { missing: hasCommand("mpiexec") ? undefined : "MPI not installed (apt-get install mpich)" };
+const ncclGate = { missing: NCCL_MISSING };
+
+gatedTest("the cpu, mpi and nccl groups refuse the same bad calls with the same errors", {
+  missing: mpiGate.missing ?? ncclGate.missing,
+}, async () => {
+  const cpu = await answers("cpu");
+  const mpi = await answers("mpi");
+  const nccl = await answers("nccl");
+  for (const [backend, a] of [["cpu", cpu], ["mpi", mpi], ["nccl", nccl]] as const) checkShapes(a, backend);
+  // Word for word, but for the algorithms each backend runs.
+  const { algorithm: a1, ...cpuRest } = cpu.errors;
+  const { algorithm: a2, ...mpiRest } = mpi.errors;
+  const { algorithm: a3, ...ncclRest } = nccl.errors;
+  assert.deepEqual(mpiRest, cpuRest);
+  assert.deepEqual(ncclRest, cpuRest);
+  assert.deepEqual(mpi.afterClose, cpu.afterClose);
+  assert.deepEqual(nccl.afterClose, cpu.afterClose);
+  assert.match(a1, /^TypeError: Unknown allReduce algorithm: expected "auto" or one of "segment", "ring"/);
+  assert.match(
+    a2,
+    /^UnsupportedError: Cannot all-reduce with algorithm "butterfly": the mpi backend runs MPI's own/,
+  );
+  assert.match(
+    a3,
+    /^UnsupportedError: Cannot all-reduce with algorithm "butterfly": the nccl backend runs NCCL's own/,
+  );
+});
