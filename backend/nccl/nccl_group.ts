@@ -86,6 +86,11 @@ interface Operand {
   };
 }
 
+/** A pointer as NCCL's calls take it. */
+type Pointer = Deno.PointerValue;
+/** Queues one call's NCCL work on the group's communicator and stream; returns NCCL's result. */
+type Issue = (symbols: NcclSymbols, comm: Pointer, stream: Pointer) => number;
+
 /** How {@linkcode NcclProcessGroup}'s calls are launched: settled by the timeout, the signal and the stream waited for. */
 interface LaunchOptions {
   readonly timeoutMs: number;
@@ -244,156 +249,87 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
   protected execute(call: CallRecord): NcclWork {
     const { collective, dtype, root } = call;
     const what = VERB[collective];
-    const options = call.options as NcclReduceOptions;
+    const scale = (call.options as NcclReduceOptions).scale;
     const { version, symbols } = this.#ctx.library;
     if (dtype === "bfloat16") requireFeature("bfloat16", version, { what: `${what} bfloat16` });
     const t = ncclDataType(dtype);
     const n = this.size;
+    /** A reducing NCCL call, with the op (a PreMulSum op made for this call when `scale` is given). */
+    const reducing =
+      (op: ReduceOp, issue: (s: NcclSymbols, redOp: number, comm: Pointer, stream: Pointer) => number) =>
+      (s: NcclSymbols, comm: Pointer, stream: Pointer): number =>
+        this.#withOp(what, dtype, op, scale, comm, (redOp) => issue(s, redOp, comm, stream));
+    let operands: Operand[];
+    let issue: Issue;
+    let bytesSent: number;
     switch (collective) {
-      case "allReduce": {
-        const tensor = call.tensor as AnyTensor;
-        const op = this.#op(what, call.op, options.scale);
-        const inout = this.#operand(what, tensor, dtype, { upload: true, download: true });
-        const count = BigInt(tensor.length);
-        return this.#launch(
-          collective,
-          dtype,
-          tensor.length,
-          [inout],
-          this.#how(call),
-          (s, comm, stream) =>
-            this.#withOp(
-              what,
-              dtype,
-              op,
-              options.scale,
-              comm,
-              (redOp) => s.ncclAllReduce(inout.pointer, inout.pointer, count, t, redOp, comm, stream),
-            ),
-          (2 * (n - 1) / n) * inout.bytes,
-        );
-      }
-      case "broadcast": {
-        const tensor = call.tensor as AnyTensor;
-        const isRoot = root === this.rank;
-        const inout = this.#operand(what, tensor, dtype, { upload: isRoot, download: !isRoot });
-        const count = BigInt(tensor.length);
-        return this.#launch(
-          collective,
-          dtype,
-          tensor.length,
-          [inout],
-          this.#how(call),
-          (s, comm, stream) => s.ncclBroadcast(inout.pointer, inout.pointer, count, t, root, comm, stream),
-          n > 1 ? inout.bytes : 0,
-        );
-      }
+      case "allReduce":
+      case "broadcast":
       case "reduce": {
         const tensor = call.tensor as AnyTensor;
-        const op = this.#op(what, call.op, options.scale);
-        const inout = this.#operand(what, tensor, dtype, { upload: true, download: root === this.rank });
         const count = BigInt(tensor.length);
-        return this.#launch(
-          collective,
-          dtype,
-          tensor.length,
-          [inout],
-          this.#how(call),
-          (s, comm, stream) =>
-            this.#withOp(
-              what,
-              dtype,
+        const isRoot = root === this.rank;
+        const upload = collective !== "broadcast" || isRoot;
+        const download = collective === "allReduce" || (collective === "broadcast" ? !isRoot : isRoot);
+        // The op is checked before a staging slot is taken (a refused op must not hold one).
+        const op = collective === "broadcast" ? "sum" : this.#op(what, call.op, scale);
+        const io = this.#operand(what, tensor, dtype, { upload, download });
+        const p = io.pointer;
+        operands = [io];
+        if (collective === "broadcast") {
+          issue = (s, comm, stream) => s.ncclBroadcast(p, p, count, t, root, comm, stream);
+          bytesSent = n > 1 ? io.bytes : 0;
+        } else {
+          issue = collective === "allReduce"
+            ? reducing(op, (s, redOp, comm, stream) => s.ncclAllReduce(p, p, count, t, redOp, comm, stream))
+            : reducing(
               op,
-              options.scale,
-              comm,
-              (redOp) => s.ncclReduce(inout.pointer, inout.pointer, count, t, redOp, root, comm, stream),
-            ),
-          n > 1 ? inout.bytes : 0,
-        );
+              (s, redOp, comm, stream) => s.ncclReduce(p, p, count, t, redOp, root, comm, stream),
+            );
+          bytesSent = collective === "allReduce" ? (2 * (n - 1) / n) * io.bytes : n > 1 ? io.bytes : 0;
+        }
+        break;
       }
-      case "allGather": {
-        const input = call.input as AnyTensor;
-        const output = call.output as AnyTensor;
-        const [inp, out] = this.#operands(what, input, output, dtype);
-        const count = BigInt(input.length);
-        return this.#launch(
-          collective,
-          dtype,
-          input.length,
-          [inp, out],
-          this.#how(call),
-          (s, comm, stream) => s.ncclAllGather(inp.pointer, out.pointer, count, t, comm, stream),
-          (n - 1) * inp.bytes,
-        );
-      }
-      case "reduceScatter": {
-        const input = call.input as AnyTensor;
-        const output = call.output as AnyTensor;
-        const op = this.#op(what, call.op, options.scale);
-        const [inp, out] = this.#operands(what, input, output, dtype);
-        const count = BigInt(output.length);
-        return this.#launch(
-          collective,
-          dtype,
-          input.length,
-          [inp, out],
-          this.#how(call),
-          (s, comm, stream) =>
-            this.#withOp(
-              what,
-              dtype,
-              op,
-              options.scale,
-              comm,
-              (redOp) => s.ncclReduceScatter(inp.pointer, out.pointer, count, t, redOp, comm, stream),
-            ),
-          (n - 1) * out.bytes,
-        );
-      }
+      case "allGather":
+      case "reduceScatter":
       case "allToAll": {
         const input = call.input as AnyTensor;
         const output = call.output as AnyTensor;
-        const native = hasFeature("alltoall", version, symbols);
-        if (!native) requireFeature("sendRecv", version, { what, symbols });
+        const native = collective === "allToAll" && hasFeature("alltoall", version, symbols);
+        if (collective === "allToAll" && !native) requireFeature("sendRecv", version, { what, symbols });
+        const op = collective === "reduceScatter" ? this.#op(what, call.op, scale) : "sum";
         const [inp, out] = this.#operands(what, input, output, dtype);
-        const count = input.length / n;
-        const block = count * dtypeSize(dtype);
-        return this.#launch(
-          collective,
-          dtype,
-          input.length,
-          [inp, out],
-          this.#how(call),
-          (s, comm, stream) => {
-            if (native && s.ncclAlltoAll) {
-              return s.ncclAlltoAll(inp.pointer, out.pointer, BigInt(count), t, comm, stream);
-            }
-            // Before 2.28: one group of a send and a receive per peer, which NCCL runs as one operation.
-            return this.#grouped(s, () => {
-              for (let p = 0; p < n; p++) {
-                const rc1 = s.ncclSend(offset(inp.pointer, p * block), BigInt(count), t, p, comm, stream);
-                if (rc1 !== NcclResult.Success) return rc1;
-                const rc2 = s.ncclRecv(offset(out.pointer, p * block), BigInt(count), t, p, comm, stream);
-                if (rc2 !== NcclResult.Success) return rc2;
-              }
-              return NcclResult.Success;
-            });
-          },
-          ((n - 1) / n) * inp.bytes,
-        );
+        const [src, dst] = [inp.pointer, out.pointer];
+        operands = [inp, out];
+        if (collective === "allGather") {
+          const count = BigInt(input.length);
+          issue = (s, comm, stream) => s.ncclAllGather(src, dst, count, t, comm, stream);
+          bytesSent = (n - 1) * inp.bytes;
+        } else if (collective === "reduceScatter") {
+          const count = BigInt(output.length);
+          issue = reducing(
+            op,
+            (s, redOp, comm, stream) => s.ncclReduceScatter(src, dst, count, t, redOp, comm, stream),
+          );
+          bytesSent = (n - 1) * out.bytes;
+        } else {
+          issue = (s, comm, stream) =>
+            this.#allToAll(s, native, src, dst, input.length / n, dtype, comm, stream);
+          bytesSent = ((n - 1) / n) * inp.bytes;
+        }
+        break;
       }
       case "barrier": {
         this.#barrier ??= DeviceBuffer.alloc(1, { dtype: "int32", device: this.#ctx.device });
-        const buf = this.#barrier;
-        const operand: Operand = { pointer: buf.pointer, bytes: 4 };
+        const p = this.#barrier.pointer;
+        const int32 = NcclDataType.Int32;
         return this.#launch(
           collective,
           "int32",
           1,
-          [operand],
+          [{ pointer: p, bytes: 4 }],
           this.#how(call),
-          (s, comm, stream) =>
-            s.ncclAllReduce(buf.pointer, buf.pointer, 1n, NcclDataType.Int32, NcclRedOp.Sum, comm, stream),
+          (s, comm, stream) => s.ncclAllReduce(p, p, 1n, int32, NcclRedOp.Sum, comm, stream),
           n > 1 ? 8 : 0,
         );
       }
@@ -402,22 +338,42 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
         const tensor = call.tensor as AnyTensor;
         requireFeature("sendRecv", version, { what, symbols });
         const sending = collective === "send";
-        const operand = this.#operand(what, tensor, dtype, { upload: sending, download: !sending });
-        const count = BigInt(tensor.length);
-        return this.#launch(
-          collective,
-          dtype,
-          tensor.length,
-          [operand],
-          this.#how(call),
-          (s, comm, stream) =>
-            sending
-              ? s.ncclSend(operand.pointer, count, t, root, comm, stream)
-              : s.ncclRecv(operand.pointer, count, t, root, comm, stream),
-          sending ? operand.bytes : 0,
-        );
+        const io = this.#operand(what, tensor, dtype, { upload: sending, download: !sending });
+        const [p, count] = [io.pointer, BigInt(tensor.length)];
+        operands = [io];
+        issue = sending
+          ? (s, comm, stream) => s.ncclSend(p, count, t, root, comm, stream)
+          : (s, comm, stream) => s.ncclRecv(p, count, t, root, comm, stream);
+        bytesSent = sending ? io.bytes : 0;
+        break;
       }
     }
+    return this.#launch(collective, dtype, call.count, operands, this.#how(call), issue, bytesSent);
+  }
+
+  /** All-to-all: `ncclAlltoAll` (2.28), or before it one group of a send and a receive per peer. */
+  #allToAll(
+    s: NcclSymbols,
+    native: boolean,
+    src: Pointer,
+    dst: Pointer,
+    count: number,
+    dtype: DType,
+    comm: Pointer,
+    stream: Pointer,
+  ): number {
+    const t = ncclDataType(dtype);
+    if (native && s.ncclAlltoAll) return s.ncclAlltoAll(src, dst, BigInt(count), t, comm, stream);
+    const block = count * dtypeSize(dtype);
+    return this.#grouped(s, () => {
+      for (let p = 0; p < this.size; p++) {
+        const rc1 = s.ncclSend(offset(src, p * block), BigInt(count), t, p, comm, stream);
+        if (rc1 !== NcclResult.Success) return rc1;
+        const rc2 = s.ncclRecv(offset(dst, p * block), BigInt(count), t, p, comm, stream);
+        if (rc2 !== NcclResult.Success) return rc2;
+      }
+      return NcclResult.Success;
+    });
   }
 
   /**
