@@ -13,7 +13,7 @@
  * @module
  */
 import { checkOp, type DType, dtypeOf, type ReduceOp, type TypedArray } from "../core/dtype.ts";
-import { DistError } from "../core/errors.ts";
+import { DistError, UnsupportedError } from "../core/errors.ts";
 import { checkBlocks, checkPeer, checkRank } from "./_checks.ts";
 import {
   type AlgorithmOptions,
@@ -111,14 +111,21 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
     return `the group of ranks ${this.ranks.join(", ")}`;
   }
   /**
-   * Refuses a tensor the backend cannot take (a device tensor on a host backend, a host one on a GPU
-   * backend), with a `TypeError` or `UnsupportedError` naming it.
+   * Refuses a tensor the backend cannot take, with a `TypeError` or `UnsupportedError` naming it. By
+   * default a backend takes host TypedArrays only (cpu, mpi): a device tensor is refused with the way out.
    *
    * @param what The collective, as messages name it.
    * @param tensor The tensor.
-   * @param name The argument's name (`tensor`, `input`, `output`).
+   * @param _name The argument's name (`tensor`, `input`, `output`).
    */
-  protected abstract checkTensor(what: string, tensor: AnyTensor, name: string): void;
+  protected checkTensor(what: string, tensor: AnyTensor, _name: string): void {
+    if (isDeviceTensor(tensor)) {
+      throw new UnsupportedError(
+        `Cannot ${what}: the ${this.backend} backend takes host TypedArrays, found a ${tensor.dtype} tensor ` +
+          `on GPU ${tensor.device}; copy it to the host (DeviceBuffer.copyTo) or use init({ backend: "nccl" })`,
+      );
+    }
+  }
   /**
    * Refuses an algorithm name the backend does not run.
    *

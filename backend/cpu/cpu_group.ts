@@ -8,14 +8,8 @@
 import { Worker as NodeWorker } from "node:worker_threads";
 import { checkGroupRanks } from "../_checks.ts";
 import { dtypeSize, type TypedArray } from "../../core/dtype.ts";
-import { DistError, TimeoutError, TransportError, UnsupportedError } from "../../core/errors.ts";
-import {
-  type AllocOptions,
-  type AnyTensor,
-  type GroupOptions,
-  isDeviceTensor,
-  type ProcessGroup,
-} from "../process_group.ts";
+import { DistError, TimeoutError, TransportError } from "../../core/errors.ts";
+import type { AllocOptions, GroupOptions, ProcessGroup } from "../process_group.ts";
 import { type CallRecord, GroupFront } from "../_front.ts";
 import { Work, type WorkReport } from "../work.ts";
 import type {
@@ -409,15 +403,6 @@ export class CpuProcessGroup extends GroupFront {
 
   protected override describe(): string {
     return `group ${this.#id} (ranks ${this.ranks.join(", ")})`;
-  }
-
-  protected checkTensor(what: string, tensor: AnyTensor): void {
-    if (isDeviceTensor(tensor)) {
-      throw new UnsupportedError(
-        `Cannot ${what}: the cpu backend takes host TypedArrays, found a ${tensor.dtype} tensor on GPU ` +
-          `${tensor.device}; copy it to the host (DeviceBuffer.copyTo) or use init({ backend: "nccl" })`,
-      );
-    }
   }
 
   protected checkAlgorithm(collective: Collective, name: string): void {

@@ -60,7 +60,7 @@ import {
 import { check, MpiError } from "../../ffi/mpi/mpi.ts";
 import type { FlightSpec } from "./_progress.ts";
 import { MPI_DATATYPE, type MpiRuntime } from "./_runtime.ts";
-import { type AllocOptions, type AnyTensor, type GroupOptions, isDeviceTensor } from "../process_group.ts";
+import type { AllocOptions, GroupOptions } from "../process_group.ts";
 import { Work, type WorkReport } from "../work.ts";
 import { allocOrdinary, releaseOrdinary } from "../_alloc.ts";
 
@@ -195,15 +195,6 @@ export class MpiProcessGroup extends GroupFront {
 
   protected override describe(): string {
     return `the mpi group of ${this.#who}`;
-  }
-
-  protected checkTensor(what: string, tensor: AnyTensor): void {
-    if (isDeviceTensor(tensor)) {
-      throw new UnsupportedError(
-        `Cannot ${what}: the mpi backend takes host TypedArrays, found a ${tensor.dtype} tensor on GPU ` +
-          `${tensor.device}; copy it to the host (DeviceBuffer.copyTo) or use init({ backend: "nccl" })`,
-      );
-    }
   }
 
   protected checkAlgorithm(collective: Collective, name: string): void {

@@ -224,7 +224,7 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
   }
 
   /** Any device tensor or host TypedArray; a device tensor must be on this rank's device (see #operand). */
-  protected checkTensor(): void {}
+  protected override checkTensor(): void {}
 
   protected checkAlgorithm(collective: Collective, name: string): void {
     if (name === "nccl") return;
