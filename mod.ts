@@ -6,6 +6,13 @@
  * memory, in-process; ring, tree, halving-doubling, parameter-server algorithms), on NCCL (`nccl`) and on
  * MPI (`mpi`); WebAssembly kernels for CPU reductions and gradient compression.
  *
+ * This module holds what a training script needs: `init`, the process group and its options, `Work`,
+ * `spawnThreads`, the dtypes and the errors. The rest has a sub-path of its own:
+ * `@dcomm/dcomm/store` (the rendezvous stores), `@dcomm/dcomm/kernels` (every kernel and the WASM loader),
+ * `@dcomm/dcomm/compress` (gradient compression kernels), `@dcomm/dcomm/gpu` (device buffers, streams,
+ * RDMA registration), `@dcomm/dcomm/nccl` (the nccl backend's group, tuning and NCCL's config),
+ * `@dcomm/dcomm/launch` and `@dcomm/dcomm/doctor` (the CLIs).
+ *
  * @example All-reduce on a world of one (start more ranks with `jsr:@dcomm/dcomm/launch`)
  * ```ts
  * import { init } from "./mod.ts";
@@ -16,9 +23,9 @@
  * console.log(work.report?.algorithm, grad);
  * ```
  *
- * @example Kernels
+ * @example Kernels (`@dcomm/dcomm/kernels`)
  * ```ts
- * import { kernels } from "./mod.ts";
+ * import { kernels } from "./wasm/kernels.ts";
  * const k = await kernels();
  * const a = new Float32Array([1, 2, 3]);
  * k.reduce(a, new Float32Array([10, 20, 30]), { op: "sum" });
@@ -47,12 +54,6 @@ export type {
 export { Work, type WorkReport } from "./backend/work.ts";
 export { spawnThreads, type SpawnThreadsOptions, type ThreadContext } from "./backend/threads.ts";
 export { type RankInfo, rankInfo, type RankInfoOptions } from "./backend/env.ts";
-export type { Store, StoreOptions, StoreValue, StoreWaitOptions } from "./store/store.ts";
-export { MemoryStore, type MemoryStoreOptions } from "./store/memory_store.ts";
-export { PrefixStore, type PrefixStoreOptions } from "./store/prefix_store.ts";
-export { TcpStore, type TcpStoreConnectOptions } from "./store/tcp_store.ts";
-export { TcpStoreServer, type TcpStoreServerOptions } from "./store/tcp_store_server.ts";
-export { generateSecret, secretFromEnv, STORE_SECRET_ENV } from "./store/secret.ts";
 export type { DType, ReduceOp, TypedArray } from "./core/dtype.ts";
 export { dtypeOf, DTYPES, dtypeSize, REDUCE_OPS } from "./core/dtype.ts";
 export {
@@ -67,35 +68,3 @@ export {
   TransportError,
   UnsupportedError,
 } from "./core/errors.ts";
-export {
-  type AxpyOptions,
-  type DivideOptions,
-  Kernels,
-  kernels,
-  type MatmulOptions,
-  type ReduceOptions as KernelReduceOptions,
-} from "./wasm/kernels.ts";
-export {
-  CompressionKernels,
-  compressionKernels,
-  type DequantizeInt8Options,
-  type Int8Packed,
-  type Int8Sizes,
-  int8Sizes,
-  type QuantizeInt8Options,
-  type SignCompressOptions,
-  type SignDecompressOptions,
-  type SignPacked,
-  type SignSizes,
-  signSizes,
-  type SparseVector,
-  type TopKOptions,
-} from "./wasm/compress.ts";
-export {
-  type KernelExports,
-  type KernelFn,
-  type KernelModule,
-  loadKernelModule,
-  type TypedArrayConstructor,
-  WasmHeap,
-} from "./wasm/loader.ts";

@@ -152,7 +152,7 @@ Deno.test("kernels() imported from an http URL loads kernels.wasm and reduces", 
   await using dir = await tempDir();
   await Deno.writeTextFile(
     `${dir.path}/kernels.ts`,
-    `import { kernels } from "${repo.origin}/mod.ts";
+    `import { kernels } from "${repo.origin}/wasm/kernels.ts";
 const k = await kernels();
 const sum = new Float32Array([1, 2, 3]), max = new Int32Array([1, 5, 3]);
 k.reduce(sum, new Float32Array([10, 20, 30]), { op: "sum" });
