@@ -119,17 +119,10 @@ export interface EngineConfig {
   segmentInlineSpinMs?: number;
 }
 
-/** A serialised error. */
-export interface WireError {
-  /** The class name. */
-  name: string;
-  /** The message. */
-  message: string;
-  /** DistError code. */
-  code?: string;
-  /** Peer rank, for TransportErrors. */
-  peer?: number;
-}
+import type { WireError } from "../../core/_wire_error.ts";
+
+/** A serialised error: its class, fields and cause survive the trip (`core/_wire_error.ts`). */
+export type { WireError } from "../../core/_wire_error.ts";
 
 /**
  * Main thread → engine. Calls (by their id), groups and close share one sequence, which the engine follows

@@ -6,7 +6,7 @@
  * @module
  */
 import { type MessagePort, parentPort } from "node:worker_threads";
-import { DistError, TransportError } from "../../core/errors.ts";
+import { DistError } from "../../core/errors.ts";
 import { TcpStore } from "../../store/tcp_store.ts";
 import { PrefixStore } from "../../store/prefix_store.ts";
 import type { Store } from "../../store/store.ts";
@@ -14,7 +14,8 @@ import type { Transport } from "../../transport/transport.ts";
 import { Engine } from "./engine.ts";
 import { kernels } from "../../wasm/kernels.ts";
 import { Reducer } from "./_reducer.ts";
-import type { EngineConfig, FromEngine, ToEngine, WireError } from "./_protocol.ts";
+import type { EngineConfig, FromEngine, ToEngine } from "./_protocol.ts";
+import { fromWire, toWire } from "../../core/_wire_error.ts";
 import { connectTransport } from "./_connect.ts";
 import { CompletionWriter } from "./_completions.ts";
 import { decodeRequest, InOrder, RequestReader } from "./_requests.ts";
@@ -22,24 +23,6 @@ import type { OpRequest } from "./_protocol.ts";
 import { ALGORITHM_NAMES } from "./_dispatch.ts";
 import { ShmTransport } from "../../transport/shm.ts";
 import { SegmentExecutor } from "./_segment_exec.ts";
-
-function wire(e: unknown): WireError {
-  if (e instanceof Error) {
-    return {
-      name: e.name,
-      message: e.message,
-      code: e instanceof DistError ? e.code : undefined,
-      peer: e instanceof TransportError ? e.peer : undefined,
-    };
-  }
-  return { name: "Error", message: String(e) };
-}
-
-function unwireError(e: WireError): Error {
-  const error = new DistError(e.message, { code: e.code });
-  Object.defineProperty(error, "name", { value: e.name });
-  return error;
-}
 
 // A node:worker_threads Worker, so that the main thread can unref it while no call is pending.
 const port = parentPort as MessagePort;
@@ -78,7 +61,7 @@ async function start(config: EngineConfig): Promise<void> {
     segment,
     segmentSpinMs: config.segmentSpinMs,
   });
-  transport.failed.then((e) => post({ type: "failed", error: wire(e) }));
+  transport.failed.then((e) => post({ type: "failed", error: toWire(e) }));
   if (config.requests) {
     requests = new RequestReader(config.requests);
     requests.run((record) =>
@@ -112,7 +95,7 @@ async function close(): Promise<void> {
 function run(op: OpRequest): void {
   const { id } = op;
   if (!engine) {
-    post({ type: "error", id, error: wire(new DistError("The communication thread is not connected")) });
+    post({ type: "error", id, error: toWire(new DistError("The communication thread is not connected")) });
     return;
   }
   engine.submit(op).then(
@@ -122,14 +105,14 @@ function run(op: OpRequest): void {
       if (algorithm >= 0 && completions?.write({ ...report, id, algorithm })) return;
       post({ type: "done", id, report });
     },
-    (e) => post({ type: "error", id, error: wire(e) }),
+    (e) => post({ type: "error", id, error: toWire(e) }),
   );
 }
 
 port.on("message", (msg: ToEngine): void => {
   switch (msg.type) {
     case "init":
-      start(msg.config).catch((e) => post({ type: "failed", error: wire(e) }));
+      start(msg.config).catch((e) => post({ type: "failed", error: toWire(e) }));
       break;
     case "op":
       order.arrive(msg.op.id, () => run(msg.op));
@@ -146,7 +129,7 @@ port.on("message", (msg: ToEngine): void => {
     case "abort":
       // The main thread failed a call it ran itself (through the segment): fail the world as the engine
       // would have.
-      engine?.abort(unwireError(msg.error));
+      engine?.abort(fromWire(msg.error));
       break;
     case "close":
       order.arrive(msg.seq, () => close());

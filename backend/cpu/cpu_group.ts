@@ -8,7 +8,7 @@
 import { Worker as NodeWorker } from "node:worker_threads";
 import { checkGroupRanks } from "../_checks.ts";
 import { dtypeSize, type TypedArray } from "../../core/dtype.ts";
-import { DistError, TimeoutError, TransportError } from "../../core/errors.ts";
+import { DistError } from "../../core/errors.ts";
 import type { AllocOptions, GroupOptions, ProcessGroup } from "../process_group.ts";
 import { type CallRecord, GroupFront } from "../_front.ts";
 import { Work, type WorkReport } from "../work.ts";
@@ -21,7 +21,6 @@ import type {
   PoolRegion,
   Region,
   ToEngine,
-  WireError,
 } from "./_protocol.ts";
 import { HostSegment } from "../../transport/segment.ts";
 import { kernels } from "../../wasm/kernels.ts";
@@ -33,16 +32,7 @@ import { ALGORITHM_NAMES, checkAlgorithm } from "./_dispatch.ts";
 import { type Completion, completionBuffer, CompletionReader } from "./_completions.ts";
 import { encodeRequest, requestBuffer, RequestWriter } from "./_requests.ts";
 import { nodeWorkerUrl } from "./_worker_url.ts";
-
-function unwire(e: WireError): Error {
-  if (e.name === "TypeError") return new TypeError(e.message);
-  if (e.name === "RangeError") return new RangeError(e.message);
-  if (e.name === "TimeoutError") return new TimeoutError(e.message);
-  if (e.name === "TransportError") return new TransportError(e.message, { peer: e.peer });
-  const error = new DistError(e.message, { code: e.code });
-  if (e.name !== "Error") Object.defineProperty(error, "name", { value: e.name });
-  return error;
-}
+import { fromWire, toWire } from "../../core/_wire_error.ts";
 
 /**
  * The main thread's handle on the communication Worker; shared by the world and its sub-groups. The
@@ -167,11 +157,7 @@ export class EngineHandle {
     this.segment?.segment.abort(error.message);
     this.#post({
       type: "abort",
-      error: {
-        name: error.name,
-        message: error.message,
-        code: error instanceof DistError ? error.code : undefined,
-      },
+      error: toWire(error),
     });
   }
 
@@ -188,12 +174,12 @@ export class EngineHandle {
         this.#idle();
         break;
       case "error":
-        this.#pending.get(msg.id)?.reject(unwire(msg.error));
+        this.#pending.get(msg.id)?.reject(fromWire(msg.error));
         this.#pending.delete(msg.id);
         this.#idle();
         break;
       case "failed": {
-        const error = unwire(msg.error);
+        const error = fromWire(msg.error);
         this.#failure ??= error;
         rejectReady(error);
         break;

@@ -113,3 +113,22 @@ Deno.test("a call that throws before sending leaves the group usable; after clos
     assert.ok(r.afterCloseMs < 10_000, `calls after close took ${r.afterCloseMs} ms`);
   }
 });
+
+Deno.test("a MismatchError from the communication thread is a MismatchError on the rank that called", async () => {
+  const results = (await spawnThreads(FIXTURE, { worldSize: 2, args: { scenario: "mismatch" } })) as {
+    caught: string;
+    mismatch: boolean;
+    transport: boolean;
+    dist: boolean;
+    code: string;
+  }[];
+  for (const r of results) {
+    assert.ok(r.dist, r.caught);
+    // Each error is an instance of the class its name says.
+    if (r.caught.startsWith("MismatchError")) assert.ok(r.mismatch && r.code === "MISMATCH", r.caught);
+    if (r.caught.startsWith("TransportError")) assert.ok(r.transport, r.caught);
+  }
+  const detected = results.filter((r) => r.mismatch);
+  assert.ok(detected.length >= 1, results.map((r) => r.caught).join("\n"));
+  assert.match(detected[0].caught, /Mismatched calls: rank \d called allReduce\(\d+ × float32/);
+});

@@ -2,6 +2,7 @@
  * Thread bodies for the API tests (run by `spawnThreads`); `args.scenario` names which.
  */
 import type { ProcessGroup } from "../../../backend/process_group.ts";
+import { DistError, MismatchError, TransportError } from "../../../core/errors.ts";
 
 function thrown(f: () => unknown): string {
   try {
@@ -114,6 +115,23 @@ export async function main(pg: ProcessGroup, ctx: { args: unknown }): Promise<un
     };
     await pg.close();
     return { notSignal, detached, sum: t[0], afterClose, afterCloseMs: performance.now() - started };
+  }
+  if (scenario === "mismatch") {
+    // Rank 1 all-reduces another count over messages: the error reaches this thread from the
+    // communication thread with its class intact.
+    const t = new Float32Array(pg.rank === 1 ? 16 : 8);
+    try {
+      await pg.allReduce(t, { algorithm: "ring", timeoutMs: 20_000 });
+      return { caught: "no error" };
+    } catch (e) {
+      return {
+        caught: `${(e as Error).name}: ${(e as Error).message}`,
+        mismatch: e instanceof MismatchError,
+        transport: e instanceof TransportError,
+        dist: e instanceof DistError,
+        code: (e as DistError).code,
+      };
+    }
   }
   throw new Error(`unknown scenario ${scenario}`);
 }
