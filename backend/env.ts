@@ -7,7 +7,26 @@
  * @module
  */
 
-/** A rank's place in the world and where the rendezvous store is. */
+/**
+ * A rank's place in the world and where the rendezvous store is.
+ *
+ * @example From Slurm's variables
+ * ```ts
+ * import { type RankInfo, rankInfo } from "./env.ts";
+ * import assert from "node:assert/strict";
+ * const env = { SLURM_PROCID: "5", SLURM_NTASKS: "8", SLURM_LOCALID: "1", SLURM_NTASKS_PER_NODE: "4(x2)" };
+ * const info: RankInfo = rankInfo(env);
+ * assert.deepEqual(info, {
+ *   rank: 5,
+ *   worldSize: 8,
+ *   localRank: 1,
+ *   localWorldSize: 4,
+ *   masterAddr: undefined,
+ *   masterPort: undefined,
+ *   source: "slurm",
+ * });
+ * ```
+ */
 export interface RankInfo {
   /** This process's rank. */
   rank: number;
@@ -54,7 +73,19 @@ function int(env: Readonly<Record<string, string | undefined>>, name: string): n
   return Number(text.trim());
 }
 
-/** Options of {@linkcode rankInfo}: explicit values win over the environment. */
+/**
+ * Options of {@linkcode rankInfo}: explicit values win over the environment.
+ *
+ * @example Explicit values win
+ * ```ts
+ * import { rankInfo, type RankInfoOptions } from "./env.ts";
+ * import assert from "node:assert/strict";
+ * const options: RankInfoOptions = { rank: 0, worldSize: 2 };
+ * const info = rankInfo({ RANK: "3", WORLD_SIZE: "4" }, options);
+ * assert.deepEqual([info.rank, info.worldSize], [0, 2]);
+ * assert.equal(rankInfo({}, { rank: 0, worldSize: 1 }).source, "options");
+ * ```
+ */
 export interface RankInfoOptions {
   /** This rank. @default from the environment */
   rank?: number;

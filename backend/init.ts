@@ -16,7 +16,19 @@ import { initNccl, type NcclOptions } from "./nccl/create.ts";
 
 export type { SegmentOptions };
 
-/** Options of {@linkcode init}. */
+/**
+ * Options of {@linkcode init}.
+ *
+ * @example A one-rank world over TCP, without the host segment
+ * ```ts
+ * import { init, type InitOptions } from "./init.ts";
+ * import assert from "node:assert/strict";
+ * const options: InitOptions = { rank: 0, worldSize: 1, env: {}, transport: "tcp", segment: false };
+ * await using pg = await init({ ...options, timeoutMs: 30_000 });
+ * assert.equal(pg.backend, "cpu");
+ * assert.equal(pg.size, 1);
+ * ```
+ */
 export interface InitOptions {
   /** The backend. @default "cpu" */
   backend?: "cpu" | "nccl" | "mpi";

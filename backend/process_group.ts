@@ -11,13 +11,38 @@
 import type { DType, ReduceOp, TypedArray } from "../core/dtype.ts";
 import type { Work } from "./work.ts";
 
-/** A tensor: any TypedArray of a supported dtype. */
+/**
+ * A tensor: any TypedArray of a supported dtype.
+ *
+ * @example Tensors of several dtypes, and float16 in a `Uint16Array`
+ * ```ts
+ * import { init } from "./init.ts";
+ * import type { Tensor } from "./process_group.ts";
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * const tensors: Tensor[] = [new Float32Array([1, 2]), new Int32Array([3]), new Float64Array([4])];
+ * for (const t of tensors) await pg.allReduce(t);
+ * const half: Tensor = new Uint16Array([0x3c00]); // 1.0 in float16
+ * await pg.allReduce(half, { dtype: "float16" });
+ * ```
+ */
 export type Tensor = TypedArray;
 
 /**
  * A tensor in GPU memory: the shape `DeviceBuffer` (gpu/device_buffer.ts) has, so this interface needs no
  * GPU code. Backends that run on GPUs (`nccl`) accept it wherever they accept a {@linkcode Tensor}; the
  * others throw `UnsupportedError`.
+ *
+ * @example The cpu backend refuses a device tensor
+ * ```ts
+ * import { init } from "./init.ts";
+ * import type { DeviceTensor } from "./process_group.ts";
+ * import { UnsupportedError } from "../core/errors.ts";
+ * import assert from "node:assert/strict";
+ * // The shape of a DeviceBuffer (gpu/device_buffer.ts): here an empty one, so no GPU is needed.
+ * const t: DeviceTensor = { dtype: "float32", length: 0, byteLength: 0, device: 0, pointer: null };
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * assert.throws(() => pg.allReduce(t), UnsupportedError);
+ * ```
  */
 export interface DeviceTensor {
   /** The element type. */
@@ -32,7 +57,18 @@ export interface DeviceTensor {
   readonly pointer: Deno.PointerValue;
 }
 
-/** What collectives accept: a host {@linkcode Tensor} or a {@linkcode DeviceTensor}. */
+/**
+ * What collectives accept: a host {@linkcode Tensor} or a {@linkcode DeviceTensor}.
+ *
+ * @example Telling host tensors from device tensors
+ * ```ts
+ * import { type AnyTensor, isDeviceTensor } from "./process_group.ts";
+ * import assert from "node:assert/strict";
+ * const where = (t: AnyTensor): string => isDeviceTensor(t) ? `GPU ${t.device}` : "host";
+ * assert.equal(where(new Float32Array(4)), "host");
+ * assert.equal(where({ dtype: "float32", length: 4, byteLength: 16, device: 1, pointer: null }), "GPU 1");
+ * ```
+ */
 export type AnyTensor = Tensor | DeviceTensor;
 
 /**
@@ -47,7 +83,22 @@ export function isDeviceTensor(value: unknown): value is DeviceTensor {
     "pointer" in value;
 }
 
-/** Options every collective takes. */
+/**
+ * Options every collective takes.
+ *
+ * @example A timeout and an abort signal
+ * ```ts
+ * import { init } from "./init.ts";
+ * import type { CallOptions } from "./process_group.ts";
+ * import assert from "node:assert/strict";
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * const controller = new AbortController();
+ * const options: CallOptions = { timeoutMs: 5_000, signal: controller.signal };
+ * await pg.barrier(options);
+ * controller.abort("stop");
+ * await assert.rejects(pg.barrier(options).wait(), { code: "ABORTED" });
+ * ```
+ */
 export interface CallOptions {
   /** Milliseconds before the call fails with a TimeoutError. @default the group's timeout */
   timeoutMs?: number;
@@ -57,7 +108,22 @@ export interface CallOptions {
   dtype?: DType;
 }
 
-/** Options of collectives that reduce. */
+/**
+ * Options of collectives that reduce.
+ *
+ * @example An average over the ring algorithm
+ * ```ts
+ * import { init } from "./init.ts";
+ * import type { ReduceOptions } from "./process_group.ts";
+ * import assert from "node:assert/strict";
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * const grad = new Float32Array([1, 2, 3]);
+ * const options: ReduceOptions = { op: "avg", algorithm: "ring", timeoutMs: 10_000 };
+ * const report = await pg.allReduce(grad, options).wait();
+ * assert.equal(report?.algorithm, "ring");
+ * assert.deepEqual(grad, new Float32Array([1, 2, 3])); // the average of one rank
+ * ```
+ */
 export interface ReduceOptions extends CallOptions {
   /** The reduction. @default "sum" */
   op?: ReduceOp;
@@ -67,7 +133,21 @@ export interface ReduceOptions extends CallOptions {
   servers?: number;
 }
 
-/** Options of collectives with a root. */
+/**
+ * Options of collectives with a root.
+ *
+ * @example Broadcasting rank 0's weights along a chain
+ * ```ts
+ * import { init } from "./init.ts";
+ * import type { RootOptions } from "./process_group.ts";
+ * import assert from "node:assert/strict";
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * const weights = new Float32Array([0.5, -1]);
+ * const options: RootOptions = { root: 0, algorithm: "chain" };
+ * const report = await pg.broadcast(weights, options).wait();
+ * assert.equal(report?.algorithm, "chain");
+ * ```
+ */
 export interface RootOptions extends CallOptions {
   /** The root rank, within the group. @default 0 */
   root?: number;
@@ -75,25 +155,83 @@ export interface RootOptions extends CallOptions {
   algorithm?: string;
 }
 
-/** Options of `reduce`. */
+/**
+ * Options of `reduce`.
+ *
+ * @example The maximum, on rank 0 only
+ * ```ts
+ * import { init } from "./init.ts";
+ * import type { RootReduceOptions } from "./process_group.ts";
+ * import assert from "node:assert/strict";
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * const loss = new Float64Array([0.25]);
+ * const options: RootReduceOptions = { root: 0, op: "max" };
+ * await pg.reduce(loss, options);
+ * if (pg.rank === options.root) assert.equal(loss[0], 0.25);
+ * ```
+ */
 export interface RootReduceOptions extends ReduceOptions {
   /** The rank that receives the result, within the group. @default 0 */
   root?: number;
 }
 
-/** Options of collectives without an op or a root. */
+/**
+ * Options of collectives without an op or a root.
+ *
+ * @example An all-gather by recursive doubling
+ * ```ts
+ * import { init } from "./init.ts";
+ * import type { AlgorithmOptions } from "./process_group.ts";
+ * import assert from "node:assert/strict";
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * const input = new Float32Array([1, 2]);
+ * const output = new Float32Array(pg.size * input.length);
+ * const options: AlgorithmOptions = { algorithm: "recursive-doubling", timeoutMs: 10_000 };
+ * await pg.allGather(output, input, options);
+ * assert.deepEqual(output, input);
+ * ```
+ */
 export interface AlgorithmOptions extends CallOptions {
   /** The algorithm, or `"auto"`. @default "auto" */
   algorithm?: string;
 }
 
-/** Options of `newGroup`. */
+/**
+ * Options of `newGroup`.
+ *
+ * @example A sub-group with its own default timeout
+ * ```ts
+ * import { init } from "./init.ts";
+ * import type { GroupOptions } from "./process_group.ts";
+ * import assert from "node:assert/strict";
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * const options: GroupOptions = { timeoutMs: 60_000 };
+ * await using group = await pg.newGroup([0], options);
+ * assert.deepEqual(group.ranks, [0]);
+ * await group.allReduce(new Float32Array([1]));
+ * ```
+ */
 export interface GroupOptions {
   /** The default timeout of the group's calls. @default the parent's */
   timeoutMs?: number;
 }
 
-/** A group of ranks that run collectives together. */
+/**
+ * A group of ranks that run collectives together.
+ *
+ * @example Averaging gradients with any backend's group
+ * ```ts
+ * import { init } from "./init.ts";
+ * import type { ProcessGroup } from "./process_group.ts";
+ * import assert from "node:assert/strict";
+ * async function averageGradients(pg: ProcessGroup, grads: Float32Array[]): Promise<void> {
+ *   await Promise.all(grads.map((g) => pg.allReduce(g, { op: "avg" })));
+ * }
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * assert.deepEqual([pg.rank, pg.size, pg.ranks, pg.backend], [0, 1, [0], "cpu"]);
+ * await averageGradients(pg, [new Float32Array([1, 2]), new Float32Array([3])]);
+ * ```
+ */
 export interface ProcessGroup extends AsyncDisposable {
   /** This rank within the group, or -1 if this rank is not a member. */
   readonly rank: number;
@@ -163,7 +301,22 @@ export interface ProcessGroup extends AsyncDisposable {
   close(): Promise<void>;
 }
 
-/** Options of {@linkcode ProcessGroup.alloc}. */
+/**
+ * Options of {@linkcode ProcessGroup.alloc}.
+ *
+ * @example A float64 tensor for collectives
+ * ```ts
+ * import { init } from "./init.ts";
+ * import type { AllocOptions } from "./process_group.ts";
+ * import assert from "node:assert/strict";
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * const options: AllocOptions = { dtype: "float64" };
+ * const t = pg.alloc(4, options);
+ * assert.ok(t instanceof Float64Array);
+ * await pg.allReduce(t);
+ * pg.release(t);
+ * ```
+ */
 export interface AllocOptions {
   /** The element type. @default "float32" */
   dtype?: DType;

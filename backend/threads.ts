@@ -4,15 +4,23 @@
  * module. For tests, and for CPU training on one machine without a launcher.
  *
  * ```ts
- * // train.ts
- * import type { ProcessGroup, ThreadContext } from "jsr:@dcomm/dcomm";
- * export async function main(pg: ProcessGroup, ctx: ThreadContext): Promise<number> {
- *   const grad = new Float32Array(4).fill(pg.rank);
- *   await pg.allReduce(grad);
- *   return grad[0];
- * }
+ * import { spawnThreads } from "./threads.ts";
+ * import assert from "node:assert/strict";
+ * // train.ts, the rank module (written to a temporary file here; import "jsr:@dcomm/dcomm" in yours)
+ * const dcomm = new URL("../mod.ts", import.meta.url).href;
+ * const train = await Deno.makeTempFile({ suffix: ".ts" });
+ * await Deno.writeTextFile(train, `
+ *   import type { ProcessGroup, ThreadContext } from "${dcomm}";
+ *   export async function main(pg: ProcessGroup, ctx: ThreadContext): Promise<number> {
+ *     const grad = new Float32Array(4).fill(pg.rank);
+ *     await pg.allReduce(grad);
+ *     return grad[0];
+ *   }
+ * `);
  * // run.ts
- * const results = await spawnThreads(new URL("./train.ts", import.meta.url), { worldSize: 4 });
+ * const results = await spawnThreads(new URL(`file://${train}`), { worldSize: 4 });
+ * assert.deepEqual(results, [6, 6, 6, 6]); // 0 + 1 + 2 + 3 on every rank
+ * await Deno.remove(train);
  * ```
  *
  * @module
@@ -24,13 +32,52 @@ import { TcpStoreServer } from "../store/tcp_store_server.ts";
 import { createInprocMesh } from "../transport/inproc.ts";
 import type { ThreadReply, ThreadStart } from "./_thread_protocol.ts";
 
-/** What a thread's `main` receives besides its process group. */
+/**
+ * What a thread's `main` receives besides its process group.
+ *
+ * @example A `main` that reads its `args` (called here on a world of one, as a test would)
+ * ```ts
+ * import type { ThreadContext } from "./threads.ts";
+ * import type { ProcessGroup } from "./process_group.ts";
+ * import { init } from "./init.ts";
+ * import assert from "node:assert/strict";
+ * async function main(pg: ProcessGroup, ctx: ThreadContext): Promise<number> {
+ *   const { scale } = ctx.args as { scale: number };
+ *   const x = new Float32Array([scale * (pg.rank + 1)]);
+ *   await pg.allReduce(x);
+ *   return x[0];
+ * }
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * assert.equal(await main(pg, { args: { scale: 2 } }), 2);
+ * ```
+ */
 export interface ThreadContext {
   /** The `args` given to {@linkcode spawnThreads}. */
   readonly args: unknown;
 }
 
-/** Options of {@linkcode spawnThreads}. */
+/**
+ * Options of {@linkcode spawnThreads}.
+ *
+ * @example Two ranks, each handed the same `args`
+ * ```ts
+ * import { spawnThreads, type SpawnThreadsOptions } from "./threads.ts";
+ * import assert from "node:assert/strict";
+ * const rank = await Deno.makeTempFile({ suffix: ".ts" });
+ * await Deno.writeTextFile(rank, `
+ *   export const main = (pg: { size: number }, ctx: { args: unknown }) => [pg.size, ctx.args];
+ * `);
+ * const options: SpawnThreadsOptions = {
+ *   worldSize: 2,
+ *   args: { lr: 0.1 },
+ *   timeoutMs: 10_000,
+ *   init: { chunkBytes: 65536 }, // more options of every rank's init
+ * };
+ * const results = await spawnThreads(new URL(`file://${rank}`), options);
+ * assert.deepEqual(results, [[2, { lr: 0.1 }], [2, { lr: 0.1 }]]);
+ * await Deno.remove(rank);
+ * ```
+ */
 export interface SpawnThreadsOptions {
   /** The number of ranks. */
   worldSize: number;
@@ -54,6 +101,37 @@ export interface SpawnThreadsOptions {
  *   failed threw, as it threw it: the same class (a `MismatchError` is `instanceof MismatchError`, a
  *   `TypeError` a `TypeError`), code, fields and cause, its message prefixed with `Rank N failed: `.
  * @throws {DistError} If a rank's thread crashed outside `main` (`Rank N crashed: ...`).
+ *
+ * @example Two ranks take the maximum of their values
+ * ```ts
+ * import { spawnThreads } from "./threads.ts";
+ * import assert from "node:assert/strict";
+ * const rank = await Deno.makeTempFile({ suffix: ".ts" });
+ * await Deno.writeTextFile(rank, `
+ *   import type { ProcessGroup, ThreadContext } from "${new URL("../mod.ts", import.meta.url)}";
+ *   export async function main(pg: ProcessGroup, ctx: ThreadContext): Promise<number> {
+ *     const x = new Float64Array([pg.rank * (ctx.args as number)]);
+ *     await pg.allReduce(x, { op: "max" });
+ *     return x[0];
+ *   }
+ * `);
+ * assert.deepEqual(await spawnThreads(new URL(`file://${rank}`), { worldSize: 2, args: 10 }), [10, 10]);
+ * await Deno.remove(rank);
+ * ```
+ *
+ * @example A rank's error, rethrown as it was thrown
+ * ```ts
+ * import { spawnThreads } from "./threads.ts";
+ * import assert from "node:assert/strict";
+ * const rank = await Deno.makeTempFile({ suffix: ".ts" });
+ * await Deno.writeTextFile(rank, `export function main(pg: { rank: number }): number {
+ *   if (pg.rank === 1) throw new RangeError("bad batch");
+ *   return pg.rank;
+ * }`);
+ * const run = spawnThreads(new URL(`file://${rank}`), { worldSize: 2 });
+ * await assert.rejects(run, { name: "RangeError", message: "Rank 1 failed: bad batch" });
+ * await Deno.remove(rank);
+ * ```
  */
 export async function spawnThreads(module: URL | string, options: SpawnThreadsOptions): Promise<unknown[]> {
   const { worldSize } = options;

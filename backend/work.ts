@@ -6,7 +6,22 @@
  * @module
  */
 
-/** What a finished collective reports. */
+/**
+ * What a finished collective reports.
+ *
+ * @example Reading an all-reduce's report
+ * ```ts
+ * import { init } from "./init.ts";
+ * import type { WorkReport } from "./work.ts";
+ * import assert from "node:assert/strict";
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {}, transport: "tcp" });
+ * const report: WorkReport | undefined = await pg.allReduce(new Float32Array(256)).wait();
+ * assert.ok(report);
+ * assert.equal(report.collective, "allReduce");
+ * assert.equal(report.bytes, 1024);
+ * assert.ok(report.finishedAt >= report.startedAt);
+ * ```
+ */
 export interface WorkReport {
   /** The collective, e.g. `"allReduce"`. */
   readonly collective: string;
@@ -26,7 +41,32 @@ export interface WorkReport {
   readonly finishedAt: number;
 }
 
-/** The handle of an asynchronous collective. */
+/**
+ * The handle of an asynchronous collective.
+ *
+ * @example Computing while a collective runs
+ * ```ts
+ * import { init } from "./init.ts";
+ * import assert from "node:assert/strict";
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * const work = pg.allReduce(new Float32Array([1, 2, 3])); // runs on the communication thread
+ * // ... compute the next layer's gradients here ...
+ * const report = await work.wait();
+ * assert.ok(work.completed);
+ * assert.equal(work.error, undefined);
+ * assert.equal(report?.collective, "allReduce");
+ * ```
+ *
+ * @example A failure is kept until someone waits
+ * ```ts
+ * import { init } from "./init.ts";
+ * import assert from "node:assert/strict";
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * const work = pg.barrier({ signal: AbortSignal.abort("stop") }); // no unhandled rejection
+ * await assert.rejects(work.wait(), { code: "ABORTED" });
+ * assert.ok(work.completed && work.error instanceof Error);
+ * ```
+ */
 export class Work implements PromiseLike<void> {
   #promise: Promise<WorkReport | undefined>;
   #completed = false;

@@ -5,7 +5,19 @@
  * @module
  */
 
-/** The element types dcomm moves and reduces; they mirror NCCL's `ncclDataType_t`. */
+/**
+ * The element types dcomm moves and reduces; they mirror NCCL's `ncclDataType_t`.
+ *
+ * @example Naming a dtype
+ * ```ts
+ * import { type DType, dtypeOf, dtypeSize } from "./dtype.ts";
+ * import assert from "node:assert/strict";
+ * const dtype: DType = "bfloat16";
+ * assert.equal(dtypeSize(dtype), 2);
+ * // bfloat16 travels as its Uint16Array bits, so the dtype is spelled out
+ * assert.equal(dtypeOf(new Uint16Array(8), dtype), "bfloat16");
+ * ```
+ */
 export type DType =
   | "int8"
   | "uint8"
@@ -18,7 +30,20 @@ export type DType =
   | "float32"
   | "float64";
 
-/** Every {@linkcode DType}, in NCCL's enum order. */
+/**
+ * Every {@linkcode DType}, in dcomm's own order: an index here is the dtype's code in the kernels and in call
+ * descriptors (the nccl backend maps to NCCL's enum itself, `backend/nccl/_mapping.ts`).
+ *
+ * @example Listing the dtypes
+ * ```ts
+ * import { DTYPES, dtypeSize } from "./dtype.ts";
+ * import assert from "node:assert/strict";
+ * assert.equal(DTYPES.length, 10);
+ * assert.ok(DTYPES.includes("float16"));
+ * const wide = DTYPES.filter((d) => dtypeSize(d) === 8);
+ * assert.deepEqual(wide, ["int64", "uint64", "float64"]);
+ * ```
+ */
 export const DTYPES: readonly DType[] = [
   "int8",
   "uint8",
@@ -32,13 +57,48 @@ export const DTYPES: readonly DType[] = [
   "float64",
 ] as const;
 
-/** Reduction operators; `avg` divides the sum by the number of contributions (as NCCL's `ncclAvg`). */
+/**
+ * Reduction operators; `avg` divides the sum by the number of contributions (as NCCL's `ncclAvg`).
+ *
+ * @example Checking an operator from outside
+ * ```ts
+ * import { checkOp, type ReduceOp } from "./dtype.ts";
+ * import assert from "node:assert/strict";
+ * const op: ReduceOp = checkOp("avg");
+ * assert.equal(op, "avg");
+ * assert.throws(() => checkOp("mean"), TypeError);
+ * ```
+ */
 export type ReduceOp = "sum" | "prod" | "min" | "max" | "avg";
 
-/** Every {@linkcode ReduceOp}, in NCCL's enum order. */
+/**
+ * Every {@linkcode ReduceOp}, in dcomm's own order: an index here is the op's code in the kernels and in call
+ * descriptors (NCCL's enum differs; `backend/nccl/_mapping.ts` maps it).
+ *
+ * @example Parsing an operator from a command-line flag
+ * ```ts
+ * import { REDUCE_OPS, type ReduceOp } from "./dtype.ts";
+ * import assert from "node:assert/strict";
+ * assert.deepEqual(REDUCE_OPS, ["sum", "prod", "min", "max", "avg"]);
+ * const parse = (flag: string): ReduceOp | undefined => REDUCE_OPS.find((op) => op === flag);
+ * assert.equal(parse("max"), "max");
+ * assert.equal(parse("mean"), undefined);
+ * ```
+ */
 export const REDUCE_OPS: readonly ReduceOp[] = ["sum", "prod", "min", "max", "avg"] as const;
 
-/** Any TypedArray dcomm accepts as a tensor. */
+/**
+ * Any TypedArray dcomm accepts as a tensor.
+ *
+ * @example Taking any tensor
+ * ```ts
+ * import { dtypeOf, dtypeSize, type TypedArray } from "./dtype.ts";
+ * import assert from "node:assert/strict";
+ * const count = (t: TypedArray): number => t.byteLength / dtypeSize(dtypeOf(t));
+ * assert.equal(count(new Float32Array(6)), 6);
+ * assert.equal(count(new BigInt64Array(3)), 3);
+ * ```
+ */
 export type TypedArray =
   | Int8Array
   | Uint8Array
@@ -83,7 +143,18 @@ const BYTES: Record<DType, number> = {
   float64: 8,
 };
 
-/** The size in bytes of one element of `dtype`. */
+/**
+ * The size in bytes of one element of `dtype`.
+ *
+ * @example Sizing a buffer
+ * ```ts
+ * import { dtypeSize } from "./dtype.ts";
+ * import assert from "node:assert/strict";
+ * assert.equal(dtypeSize("float32"), 4);
+ * assert.equal(1024 * dtypeSize("bfloat16"), 2048);
+ * assert.throws(() => dtypeSize("complex64" as never), TypeError);
+ * ```
+ */
 export function dtypeSize(dtype: DType): number {
   const n = BYTES[dtype];
   if (n === undefined) {

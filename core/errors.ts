@@ -6,7 +6,20 @@
  * @module
  */
 
-/** Options accepted by every {@linkcode DistError} constructor. */
+/**
+ * Options accepted by every {@linkcode DistError} constructor.
+ *
+ * @example Giving a code and a cause
+ * ```ts
+ * import { DistError, type DistErrorOptions } from "./errors.ts";
+ * import assert from "node:assert/strict";
+ * const options: DistErrorOptions = { code: "ABORTED", cause: new Error("stop") };
+ * const error = new DistError("Aborted before it started: stop", options);
+ * assert.equal(error.code, "ABORTED");
+ * assert.equal((error.cause as Error).message, "stop");
+ * assert.equal(new DistError("no options").code, "DIST");
+ * ```
+ */
 export interface DistErrorOptions {
   /** The underlying failure. */
   cause?: unknown;
@@ -14,7 +27,33 @@ export interface DistErrorOptions {
   code?: string;
 }
 
-/** The base of every error dcomm raises for a failure of the distributed system itself. */
+/**
+ * The base of every error dcomm raises for a failure of the distributed system itself.
+ *
+ * @example Catching a refused collective
+ * ```ts
+ * import { init } from "../backend/init.ts";
+ * import { DistError } from "./errors.ts";
+ * import assert from "node:assert/strict";
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * const signal = AbortSignal.abort("stop");
+ * await assert.rejects(
+ *   async () => await pg.allReduce(new Float32Array(4), { signal }),
+ *   (e) => e instanceof DistError && e.code === "ABORTED" && e.message.includes("stop"),
+ * );
+ * ```
+ *
+ * @example Telling dcomm's failures from bad arguments
+ * ```ts
+ * import { DistError, TimeoutError } from "./errors.ts";
+ * import assert from "node:assert/strict";
+ * const error: unknown = new TimeoutError("Timed out after 10 ms waiting for rank 1");
+ * assert.ok(error instanceof DistError);
+ * assert.equal(error.name, "TimeoutError");
+ * assert.equal(error.code, "TIMEOUT");
+ * assert.ok(!(new RangeError("bad rank") instanceof DistError));
+ * ```
+ */
 export class DistError extends Error {
   /** A machine-readable code, such as `"TIMEOUT"` or `"NCCL"`. */
   readonly code: string;
@@ -32,7 +71,20 @@ export class DistError extends Error {
   }
 }
 
-/** A wait ran past its deadline. */
+/**
+ * A wait ran past its deadline.
+ *
+ * @example A store get that nobody answers
+ * ```ts
+ * import { MemoryStore } from "../store/memory_store.ts";
+ * import { DistError, StoreError, TimeoutError } from "./errors.ts";
+ * import assert from "node:assert/strict";
+ * await using store = new MemoryStore();
+ * await assert.rejects(store.get("rank1/address", { timeoutMs: 10 }), (e) =>
+ *   e instanceof TimeoutError && e instanceof DistError && !(e instanceof StoreError) &&
+ *   e.code === "TIMEOUT" && e.message.startsWith("Timed out after 10 ms"));
+ * ```
+ */
 export class TimeoutError extends DistError {
   /**
    * Creates the error.
@@ -45,7 +97,20 @@ export class TimeoutError extends DistError {
   }
 }
 
-/** A peer closed its connection, died, aborted, or sent bytes that break the protocol. */
+/**
+ * A peer closed its connection, died, aborted, or sent bytes that break the protocol.
+ *
+ * @example Reading which peer failed
+ * ```ts
+ * import { DistError, TransportError } from "./errors.ts";
+ * import assert from "node:assert/strict";
+ * const error = new TransportError("Rank 1 died (pid 4242) during all-reduce", { peer: 1 });
+ * assert.ok(error instanceof DistError);
+ * assert.equal(error.code, "TRANSPORT");
+ * assert.equal(error.peer, 1);
+ * assert.equal(new TransportError("The connection closed").peer, undefined);
+ * ```
+ */
 export class TransportError extends DistError {
   /** The peer rank involved, when known. */
   readonly peer?: number;
@@ -61,7 +126,22 @@ export class TransportError extends DistError {
   }
 }
 
-/** Ranks called different collectives (or the same with different arguments) at the same point. */
+/**
+ * Ranks called different collectives (or the same with different arguments) at the same point.
+ *
+ * @example Reading a mismatch
+ * ```ts
+ * import { DistError, MismatchError } from "./errors.ts";
+ * import assert from "node:assert/strict";
+ * const error = new MismatchError(
+ *   "Mismatched calls: rank 1 called broadcast(4 × float32, root 0) #3 in group 0 " +
+ *     "but rank 0 called allReduce(4 × float32, op sum) #3 in group 0",
+ * );
+ * assert.ok(error instanceof DistError);
+ * assert.equal(error.name, "MismatchError");
+ * assert.equal(error.code, "MISMATCH");
+ * ```
+ */
 export class MismatchError extends DistError {
   /**
    * Creates the error.
@@ -74,7 +154,20 @@ export class MismatchError extends DistError {
   }
 }
 
-/** The rendezvous store refused a request or could not be reached. */
+/**
+ * The rendezvous store refused a request or could not be reached.
+ *
+ * @example Using a closed store
+ * ```ts
+ * import { MemoryStore } from "../store/memory_store.ts";
+ * import { DistError, StoreError } from "./errors.ts";
+ * import assert from "node:assert/strict";
+ * const store = new MemoryStore();
+ * await store.close();
+ * await assert.rejects(store.set("rank0/address", "10.0.0.1:29400"), (e) =>
+ *   e instanceof StoreError && e instanceof DistError && e.code === "STORE");
+ * ```
+ */
 export class StoreError extends DistError {
   /**
    * Creates the error.
@@ -87,7 +180,20 @@ export class StoreError extends DistError {
   }
 }
 
-/** A native library could not be found; the message lists every path tried and how to fix it. */
+/**
+ * A native library could not be found; the message lists every path tried and how to fix it.
+ *
+ * @example Opening a library that is not installed
+ * ```ts
+ * import { openLibrary } from "../ffi/locate.ts";
+ * import { DistError, LibraryNotFoundError } from "./errors.ts";
+ * import assert from "node:assert/strict";
+ * const spec = { name: "libmissing", envVar: "DCOMM_MISSING", sonames: ["libmissing.so"], fix: "install it" };
+ * assert.throws(() => openLibrary(spec, {}), (e) =>
+ *   e instanceof LibraryNotFoundError && e instanceof DistError && e.code === "LIBRARY_NOT_FOUND" &&
+ *   e.tried.length === 1 && e.tried[0].startsWith("libmissing.so") && e.message.includes("DCOMM_MISSING"));
+ * ```
+ */
 export class LibraryNotFoundError extends DistError {
   /** Every path that was tried, in order. */
   readonly tried: readonly string[];
@@ -103,7 +209,20 @@ export class LibraryNotFoundError extends DistError {
   }
 }
 
-/** The backend, library version or machine cannot do what was asked; nothing falls back silently. */
+/**
+ * The backend, library version or machine cannot do what was asked; nothing falls back silently.
+ *
+ * @example Reading why something is unsupported
+ * ```ts
+ * import { DistError, UnsupportedError } from "./errors.ts";
+ * import assert from "node:assert/strict";
+ * const cause = new Error("libcuda.so.1: cannot open shared object file");
+ * const error = new UnsupportedError("Cannot start the nccl backend: no usable GPU", { cause });
+ * assert.ok(error instanceof DistError);
+ * assert.equal(error.code, "UNSUPPORTED");
+ * assert.equal(error.cause, cause);
+ * ```
+ */
 export class UnsupportedError extends DistError {
   /**
    * Creates the error.
@@ -116,7 +235,21 @@ export class UnsupportedError extends DistError {
   }
 }
 
-/** A call into the CUDA runtime returned an error code. */
+/**
+ * A call into the CUDA runtime returned an error code.
+ *
+ * @example Reading the CUDA status
+ * ```ts
+ * import { CudaError, DistError } from "./errors.ts";
+ * import assert from "node:assert/strict";
+ * const error = new CudaError("cudaMalloc failed: cudaErrorMemoryAllocation (2): out of memory", {
+ *   status: 2,
+ * });
+ * assert.ok(error instanceof DistError);
+ * assert.equal(error.code, "CUDA");
+ * assert.equal(error.status, 2);
+ * ```
+ */
 export class CudaError extends DistError {
   /** The `cudaError_t` value. */
   readonly status: number;
@@ -132,7 +265,21 @@ export class CudaError extends DistError {
   }
 }
 
-/** A call into NCCL returned an error code. */
+/**
+ * A call into NCCL returned an error code.
+ *
+ * @example Reading the NCCL result
+ * ```ts
+ * import { CudaError, DistError, NcclError } from "./errors.ts";
+ * import assert from "node:assert/strict";
+ * const error = new NcclError("ncclAllReduce failed: ncclInvalidArgument (4): invalid argument", {
+ *   status: 4,
+ * });
+ * assert.ok(error instanceof DistError && !(error instanceof CudaError));
+ * assert.equal(error.code, "NCCL");
+ * assert.equal(error.status, 4);
+ * ```
+ */
 export class NcclError extends DistError {
   /** The `ncclResult_t` value. */
   readonly status: number;

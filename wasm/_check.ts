@@ -17,12 +17,12 @@ import {
 } from "../core/dtype.ts";
 import type { AxpyOptions, DivideOptions, MatmulOptions, ReduceOptions } from "./kernels.ts";
 
-/** The kernels' dtype codes: NCCL's `ncclDataType_t` order. */
+/** The kernels' dtype codes: the index in `DTYPES` (dcomm's own order, not `ncclDataType_t`'s). */
 export const DTYPE_CODE: Readonly<Record<DType, number>> = Object.freeze(
   Object.fromEntries(DTYPES.map((d, i) => [d, i])) as Record<DType, number>,
 );
 
-/** The kernels' op codes: NCCL's `ncclRedOp_t` order. */
+/** The kernels' op codes: the index in `REDUCE_OPS` (dcomm's own order, not `ncclRedOp_t`'s). */
 export const OP_CODE: Readonly<Record<ReduceOp, number>> = Object.freeze(
   Object.fromEntries(REDUCE_OPS.map((o, i) => [o, i])) as Record<ReduceOp, number>,
 );

@@ -16,6 +16,24 @@ import { CpuProcessGroup, EngineHandle } from "./cpu_group.ts";
  * How the ranks of one host share memory for collectives (the cpu backend over shared memory): every
  * rank owns `buffers` buffers of `bufferBytes` that the others read, and calls of at most `inlineBytes`
  * run on the calling thread when nothing else is pending.
+ *
+ * @example Eight buffers per rank and a pool for `pg.alloc()`
+ * ```ts
+ * import type { SegmentOptions } from "./create.ts";
+ * import { init } from "../init.ts";
+ * const segment: SegmentOptions = { buffers: 8, bufferBytes: 1 << 20, poolBytes: 1 << 20 };
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {}, segment });
+ * const grad = pg.alloc(1024); // in the pool when the ranks share a segment, else ordinary memory
+ * await pg.allReduce(grad);
+ * pg.release(grad);
+ * ```
+ *
+ * @example Invalid options fail before any rank is met
+ * ```ts
+ * import { init } from "../init.ts";
+ * import assert from "node:assert/strict";
+ * await assert.rejects(init({ rank: 0, worldSize: 1, env: {}, segment: { buffers: 3 } }), RangeError);
+ * ```
  */
 export interface SegmentOptions {
   /** Buffers per rank, a power of two. @default 4 */

@@ -26,7 +26,19 @@ import { NcclRank } from "./_rank.ts";
 import { NcclProcessGroup } from "./nccl_group.ts";
 import { applyTuning, type NcclTuning, tuningConfig } from "./tuning.ts";
 
-/** Options of the `nccl` backend, given to `init({ backend: "nccl", nccl: { ... } })`. */
+/**
+ * Options of the `nccl` backend, given to `init({ backend: "nccl", nccl: { ... } })`.
+ *
+ * @example GPU 1 with NCCL's ring algorithm (pass `options` to `init` on a host with GPUs)
+ * ```ts
+ * import type { NcclOptions } from "./create.ts";
+ * import type { InitOptions } from "../init.ts";
+ * import assert from "node:assert/strict";
+ * const nccl: NcclOptions = { device: 1, tuning: { algo: "Ring", maxCTAs: 16 } };
+ * const options: InitOptions = { backend: "nccl", nccl };
+ * assert.equal(options.nccl?.tuning?.algo, "Ring");
+ * ```
+ */
 export interface NcclOptions {
   /** The CUDA device of this rank. @default LOCAL_RANK modulo the number of GPUs */
   device?: number;

@@ -10,7 +10,28 @@
  */
 import type { NcclConfigOptions } from "../../ffi/nccl/config.ts";
 
-/** Tuning options of the `nccl` backend. Every field left out keeps NCCL's own choice. */
+/**
+ * Tuning options of the `nccl` backend. Every field left out keeps NCCL's own choice.
+ *
+ * @example The variables and config fields a tuning sets
+ * ```ts
+ * import { type NcclTuning, tuningConfig, tuningEnv } from "./tuning.ts";
+ * import assert from "node:assert/strict";
+ * const tuning: NcclTuning = {
+ *   algo: "Tree,Ring",
+ *   buffSize: 8 << 20,
+ *   maxCTAs: 16,
+ *   env: { NCCL_DEBUG: "WARN" },
+ * };
+ * assert.deepEqual(tuningEnv(tuning), {
+ *   NCCL_ALGO: "Tree,Ring",
+ *   NCCL_BUFFSIZE: "8388608",
+ *   NCCL_MAX_CTAS: "16",
+ *   NCCL_DEBUG: "WARN",
+ * });
+ * assert.deepEqual(tuningConfig(tuning), { maxCTAs: 16 });
+ * ```
+ */
 export interface NcclTuning {
   /** `NCCL_ALGO`: e.g. `"Ring"`, `"Tree,Ring"`, `"^NVLS"`. @default NCCL's choice */
   algo?: string;

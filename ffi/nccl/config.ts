@@ -48,7 +48,18 @@ export const NCCL_CONFIG_LAYOUT: StructLayout<ConfigField> = {
 /** The `version` this layout declares: `NCCL_VERSION(2,30,7)`, the header it was measured against. */
 export const NCCL_CONFIG_VERSION: number = ncclVersionCode(2, 30, 7);
 
-/** The int fields a caller may set (everything after `version` except the two strings). */
+/**
+ * The int fields a caller may set (everything after `version` except the two strings).
+ *
+ * @example Setting one field by name
+ * ```ts
+ * import { buildNcclConfig, type NcclConfigIntField, readNcclConfig } from "./config.ts";
+ * import assert from "node:assert/strict";
+ * const field: NcclConfigIntField = "cgaClusterSize";
+ * const config = buildNcclConfig({ [field]: 4 });
+ * assert.equal(readNcclConfig(config.bytes)[field], 4);
+ * ```
+ */
 export type NcclConfigIntField =
   | "blocking"
   | "cgaClusterSize"
@@ -70,6 +81,17 @@ export type NcclConfigIntField =
 /**
  * What an `ncclConfig_t` may set. Every field left out keeps the library's default (INT_MIN / NULL).
  * The library ignores fields newer than itself.
+ *
+ * @example Non-blocking, at least 4 CTAs, over sockets
+ * ```ts
+ * import { buildNcclConfig, type NcclConfigOptions, readNcclConfig } from "./config.ts";
+ * import assert from "node:assert/strict";
+ * const options: NcclConfigOptions = { blocking: 0, minCTAs: 4, netName: "Socket", commName: "dp" };
+ * const config = buildNcclConfig(options);
+ * assert.equal(config.strings.length, 2); // netName and commName, as C strings
+ * assert.equal(readNcclConfig(config.bytes).minCTAs, 4);
+ * assert.equal(readNcclConfig(config.bytes).maxCTAs, undefined); // the library's default
+ * ```
  */
 export type NcclConfigOptions = { readonly [K in NcclConfigIntField]?: number } & {
   /** The network plugin to use (`netName`, 2.17), e.g. `"IB"` or `"Socket"`. @default the library's choice */
