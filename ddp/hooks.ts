@@ -1,0 +1,90 @@
+/**
+ * Communication hooks of {@linkcode DistributedDataParallel}, as torch's `register_comm_hook`: a hook
+ * receives one bucket of gradients (a flat tensor, summed over the ranks' contributions) and must leave in
+ * it the average over the ranks. The default, {@linkcode allReduceHook}, is one all-reduce with `op: "avg"`
+ * in the bucket's own dtype: a float16 or bfloat16 bucket travels as 2 bytes per element, never upcast.
+ *
+ * A hook keeps whatever state it needs across steps (error feedback, a warm start) and hands it out with
+ * `state()` and takes it back with `load()`, for checkpoints.
+ *
+ * @module
+ */
+import type { DType, TypedArray } from "../core/dtype.ts";
+import type { ProcessGroup } from "../backend/process_group.ts";
+import type { WorkReport } from "../backend/work.ts";
+
+/** One bucket as a hook sees it. */
+export interface HookBucket {
+  /** The bucket's number in launch order (0 holds the last parameters registered). */
+  readonly index: number;
+  /** The bucket's gradients, flat: this rank's contribution on entry, the average over ranks on return. */
+  readonly buffer: TypedArray;
+  /** The element type of `buffer`. */
+  readonly dtype: DType;
+  /** The parameters whose gradients the bucket holds, by registration index. */
+  readonly params: readonly number[];
+}
+
+/** What a hook reports of one bucket: the collectives it ran and the dtype on the wire. */
+export interface HookReport {
+  /** The reports of the collectives the hook ran, in order. */
+  readonly works: readonly WorkReport[];
+  /** The dtype the gradients travelled in. */
+  readonly wireDtype: DType;
+}
+
+/** A communication hook: averages one bucket of gradients over the ranks of `pg`. */
+export interface CommHook {
+  /** The hook's name, for reports (`"allreduce"`, ...). */
+  readonly name: string;
+  /**
+   * Averages `bucket.buffer` over the ranks, in place. Every rank runs the same hook on the same buckets in
+   * the same order.
+   *
+   * @param pg The process group.
+   * @param bucket The bucket.
+   * @returns What the hook ran.
+   */
+  run(pg: ProcessGroup, bucket: HookBucket): Promise<HookReport>;
+  /** The hook's state across steps (for a checkpoint); `undefined` for a stateless hook. */
+  state(): unknown;
+  /**
+   * Restores a state from {@linkcode CommHook.state}.
+   *
+   * @param state The state.
+   */
+  load(state: unknown): void;
+}
+
+/**
+ * The default hook: one all-reduce of the bucket with `op: "avg"`, in the bucket's own dtype (a float16 or
+ * bfloat16 bucket sends 2 bytes per element).
+ *
+ * @returns The hook.
+ *
+ * @example Averaging a bucket on a world of one
+ * ```ts
+ * import { allReduceHook } from "./hooks.ts";
+ * import { init } from "../backend/init.ts";
+ * import assert from "node:assert/strict";
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * const buffer = new Float32Array([1, 2, 3]);
+ * const report = await allReduceHook().run(pg, { index: 0, buffer, dtype: "float32", params: [0] });
+ * assert.equal(report.wireDtype, "float32");
+ * assert.deepEqual([...buffer], [1, 2, 3]);
+ * ```
+ */
+export function allReduceHook(): CommHook {
+  return {
+    name: "allreduce",
+    async run(pg: ProcessGroup, bucket: HookBucket): Promise<HookReport> {
+      const work = pg.allReduce(bucket.buffer, { op: "avg", dtype: bucket.dtype });
+      const report = await work.wait();
+      return { works: report ? [report] : [], wireDtype: bucket.dtype };
+    },
+    state(): undefined {
+      return undefined;
+    },
+    load(): void {},
+  };
+}
