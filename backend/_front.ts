@@ -80,6 +80,8 @@ export interface CallRecord {
   readonly algorithm: string;
   /** Parameter servers of the `ps` all-reduce. */
   readonly servers?: number;
+  /** The narrower dtype an all-reduce travels in (`ReduceOptions.commDtype`), if any. */
+  readonly commDtype?: DType;
   /** Milliseconds before the call fails. */
   readonly timeoutMs: number;
   /** Aborts the call. */
@@ -160,7 +162,8 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
           `Cannot all-reduce: servers must be an integer in 1..${this.size}, found ${servers}`,
         );
       }
-      return { dtype, op: opOf("all-reduce", options), tensor, count: tensor.length, servers };
+      const commDtype = commDtypeOf(dtype, options.commDtype);
+      return { dtype, op: opOf("all-reduce", options), tensor, count: tensor.length, servers, commDtype };
     });
   }
 
@@ -174,13 +177,18 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
   }
 
   reduce(tensor: AnyTensor, options: RootReduceOptions = {}): W {
-    return this.#call("reduce", options, () => ({
-      dtype: this.#dtype("reduce", tensor, "tensor", options),
-      op: opOf("reduce", options),
-      root: checkRank("reduce", "root", options.root ?? 0, this.size),
-      tensor,
-      count: tensor.length,
-    }));
+    return this.#call("reduce", options, () => {
+      if (options.commDtype !== undefined) {
+        throw new TypeError(`Cannot reduce: commDtype is an option of allReduce only`);
+      }
+      return {
+        dtype: this.#dtype("reduce", tensor, "tensor", options),
+        op: opOf("reduce", options),
+        root: checkRank("reduce", "root", options.root ?? 0, this.size),
+        tensor,
+        count: tensor.length,
+      };
+    });
   }
 
   allGather(output: AnyTensor, input: AnyTensor, options: AlgorithmOptions = {}): W {
@@ -195,6 +203,9 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
     return this.#call("reduceScatter", options, () => {
       const dtype = this.#pair("reduce-scatter", output, input, options);
       const op = opOf("reduce-scatter", options);
+      if (options.commDtype !== undefined) {
+        throw new TypeError(`Cannot reduce-scatter: commDtype is an option of allReduce only`);
+      }
       checkBlocks("reduceScatter", output, input, this.size);
       return { dtype, op, input, output, count: input.length };
     });
@@ -328,6 +339,38 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
     if (a !== b) throw new TypeError(`Cannot ${what}: input is ${a} but output is ${b}`);
     return a;
   }
+}
+
+/**
+ * The error of a backend that cannot narrow an all-reduce's dtype on its communication thread.
+ *
+ * @param backend The backend's name.
+ * @returns The error to throw.
+ */
+export function narrowUnsupported(backend: string): UnsupportedError {
+  return new UnsupportedError(
+    `Cannot all-reduce with commDtype: the ${backend} backend reduces in the tensor's own dtype; cast the ` +
+      `tensor yourself, or use the cpu backend`,
+  );
+}
+
+/** What `commDtype` may narrow each dtype to. */
+const NARROWER: Readonly<Partial<Record<DType, readonly DType[]>>> = {
+  float32: ["float16", "bfloat16"],
+};
+
+/** The checked `commDtype` of an all-reduce of `dtype` (undefined when it is the tensor's own). */
+function commDtypeOf(dtype: DType, commDtype: DType | undefined): DType | undefined {
+  if (commDtype === undefined || commDtype === dtype) return undefined;
+  const allowed = NARROWER[dtype] ?? [];
+  if (!allowed.includes(commDtype)) {
+    throw new TypeError(
+      `Cannot all-reduce: commDtype must be ${
+        allowed.length ? `one of ${allowed.join(", ")} (or ${dtype})` : `the tensor's own dtype`
+      } for a ${dtype} tensor, found ${describeValue(commDtype)}`,
+    );
+  }
+  return commDtype;
 }
 
 /** The op of a reducing call (`sum` when none is given). */

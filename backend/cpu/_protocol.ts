@@ -79,6 +79,8 @@ export interface OpRequest {
   timeoutMs: number;
   /** A segment call the main thread began: the engine goes on with it instead of beginning it. */
   resume?: SegmentResume;
+  /** All-reduce: the narrower dtype it travels and sums in (cast down and back on the communication thread). */
+  commDtype?: DType;
 }
 
 /** How the engine connects. */

@@ -71,4 +71,34 @@ export class Reducer {
       dst.set(mem.subarray(a, a + len), off);
     }
   }
+
+  /**
+   * Casts the float32 values of `src` to `dtype` (float16 or bfloat16, rounding to nearest even) into
+   * `dst`, dividing them by `divisor` first (in `src`, which the caller overwrites afterwards).
+   */
+  narrow(dtype: "float16" | "bfloat16", src: Uint8Array, dst: Uint8Array, divisor: number): void {
+    if (divisor !== 1) this.divide("float32", src, divisor);
+    const CHUNK = SLOT_BYTES / 4;
+    const n = src.byteLength / 4;
+    for (let at = 0; at < n; at += CHUNK) {
+      const len = Math.min(CHUNK, n - at);
+      const f = new Float32Array(src.buffer, src.byteOffset + at * 4, len);
+      const h = new Uint16Array(dst.buffer, dst.byteOffset + at * 2, len);
+      if (dtype === "float16") this.#k.castF32ToF16(f, h);
+      else this.#k.castF32ToBf16(f, h);
+    }
+  }
+
+  /** Widens the `dtype` (float16 or bfloat16) values of `src` back to float32 into `dst`, exactly. */
+  widen(dtype: "float16" | "bfloat16", src: Uint8Array, dst: Uint8Array): void {
+    const CHUNK = SLOT_BYTES / 4;
+    const n = src.byteLength / 2;
+    for (let at = 0; at < n; at += CHUNK) {
+      const len = Math.min(CHUNK, n - at);
+      const h = new Uint16Array(src.buffer, src.byteOffset + at * 2, len);
+      const f = new Float32Array(dst.buffer, dst.byteOffset + at * 4, len);
+      if (dtype === "float16") this.#k.castF16ToF32(h, f);
+      else this.#k.castBf16ToF32(h, f);
+    }
+  }
 }

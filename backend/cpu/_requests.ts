@@ -62,7 +62,9 @@ export function encodeRequest(
   out[0] = op.id;
   out[1] = op.group;
   out[2] = COLLECTIVES.indexOf(op.collective);
-  out[3] = DTYPES.indexOf(op.dtype);
+  // The dtype, and above it the all-reduce's narrower commDtype (+1; 0 for none): DTYPES has under 16.
+  out[3] = DTYPES.indexOf(op.dtype) +
+    (op.commDtype === undefined ? 0 : 16 * (DTYPES.indexOf(op.commDtype) + 1));
   out[4] = REDUCE_OPS.indexOf(op.op);
   out[5] = op.root;
   out[6] = algorithm;
@@ -127,7 +129,8 @@ export function decodeRequest(
     id: r[0],
     group: r[1],
     collective: COLLECTIVES[r[2]],
-    dtype: DTYPES[r[3]],
+    dtype: DTYPES[r[3] % 16],
+    ...(r[3] < 16 ? {} : { commDtype: DTYPES[Math.floor(r[3] / 16) - 1] }),
     op: REDUCE_OPS[r[4]],
     root: r[5],
     algorithm: r[6] < 0 ? "auto" : algorithms[r[6]],

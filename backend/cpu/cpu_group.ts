@@ -10,7 +10,7 @@ import { checkGroupRanks } from "../_checks.ts";
 import { dtypeSize, type TypedArray } from "../../core/dtype.ts";
 import { DistError } from "../../core/errors.ts";
 import type { AllocOptions, GroupOptions, ProcessGroup } from "../process_group.ts";
-import { type CallRecord, GroupFront } from "../_front.ts";
+import { type CallRecord, GroupFront, narrowUnsupported } from "../_front.ts";
 import { Work, type WorkReport } from "../work.ts";
 import type {
   Collective,
@@ -480,7 +480,17 @@ export class CpuProcessGroup extends GroupFront {
       servers: call.servers,
       count,
       timeoutMs,
+      commDtype: call.commDtype,
     } as const;
+    if (call.commDtype !== undefined) {
+      // Cast down and back on the communication thread, which reaches the tensor by address.
+      if (!engine.byAddress) throw narrowUnsupported("cpu backend without FFI");
+      const submitted = engine.submit(
+        { ...request, input: input ? pointerRegion(input) : undefined },
+        signal,
+      );
+      return new Work(submitted.then((report) => keepAlive(report, input)));
+    }
     if (pooled !== undefined) {
       // Whatever its size: the plan copies nothing, so every step is the peers' reading of it.
       if (engine.idle && engine.failure === undefined) {

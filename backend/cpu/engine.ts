@@ -200,6 +200,7 @@ export class Engine {
 
   async #run(op: OpRequest): Promise<WorkReport> {
     if (this.#failure) throw this.#failure;
+    if (op.commDtype !== undefined) return await this.#runNarrow(op);
     const cancelled = this.#cancelled.get(op.id);
     if (cancelled !== undefined) {
       this.#cancelled.delete(op.id);
@@ -321,6 +322,38 @@ export class Engine {
       finishedAt: performance.timeOrigin + t1,
     };
   }
+
+  /**
+   * An all-reduce that travels in a narrower dtype: the tensor is cast down into a buffer of this thread's
+   * (divided by the group size first for `avg`, so that the narrow sum cannot overflow where the average
+   * does not), that buffer is all-reduced (sum) as a call of its own dtype, so its descriptor carries the
+   * narrow dtype, and the result is cast back into the tensor.
+   */
+  async #runNarrow(op: OpRequest): Promise<WorkReport> {
+    const narrow = op.commDtype as "float16" | "bfloat16";
+    const group = this.#groups.get(op.group);
+    if (!group) throw new DistError(`Unknown group ${op.group}: newGroup() was not called on this rank`);
+    const tensor = this.#view(op.input) as Uint8Array;
+    const bytes = op.count * 2;
+    let buffer = this.#narrowBuffer;
+    if (buffer === undefined || buffer.byteLength < bytes) {
+      buffer = this.#narrowBuffer = new SharedArrayBuffer(Math.max(bytes, (buffer?.byteLength ?? 0) * 2));
+    }
+    const wire = new Uint8Array(buffer, 0, bytes);
+    this.#reducer.narrow(narrow, tensor, wire, op.op === "avg" ? group.ranks.length : 1);
+    const report = await this.#run({
+      ...op,
+      dtype: narrow,
+      op: op.op === "avg" ? "sum" : op.op,
+      commDtype: undefined,
+      input: { buffer, byteOffset: 0, byteLength: bytes },
+      output: undefined,
+    });
+    this.#reducer.widen(narrow, wire, tensor);
+    return report;
+  }
+
+  #narrowBuffer: SharedArrayBuffer | undefined;
 
   /** Runs a call through the host segment (begun here, or by the main thread and handed over). */
   async #runSegment(op: OpRequest, group: GroupState): Promise<WorkReport> {

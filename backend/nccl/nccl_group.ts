@@ -17,7 +17,7 @@
  * @module
  */
 import { checkGroupRanks } from "../_checks.ts";
-import { type CallRecord, type Collective, GroupFront, VERB } from "../_front.ts";
+import { type CallRecord, type Collective, GroupFront, narrowUnsupported, VERB } from "../_front.ts";
 import { type DType, dtypeSize, type ReduceOp, type TypedArray } from "../../core/dtype.ts";
 import { DistError, UnsupportedError } from "../../core/errors.ts";
 import { MemcpyKind, MemoryType } from "../../ffi/cudart/constants.ts";
@@ -247,6 +247,7 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
    * @returns Its Work.
    */
   protected execute(call: CallRecord): NcclWork {
+    if (call.commDtype !== undefined) throw narrowUnsupported("nccl");
     const { collective, dtype, root } = call;
     const what = VERB[collective];
     const scale = (call.options as NcclReduceOptions).scale;

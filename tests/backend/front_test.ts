@@ -87,9 +87,23 @@ gatedTest("the cpu, mpi and nccl groups refuse the same bad calls with the same 
   const nccl = await answers("nccl");
   for (const [backend, a] of [["cpu", cpu], ["mpi", mpi], ["nccl", nccl]] as const) checkShapes(a, backend);
   // Word for word, but for the algorithms each backend runs.
-  const { algorithm: a1, ...cpuRest } = cpu.errors;
-  const { algorithm: a2, ...mpiRest } = mpi.errors;
-  const { algorithm: a3, ...ncclRest } = nccl.errors;
+  const { algorithm: a1, commDtype: c1, ...cpuRest } = cpu.errors;
+  const { algorithm: a2, commDtype: c2, ...mpiRest } = mpi.errors;
+  const { algorithm: a3, commDtype: c3, ...ncclRest } = nccl.errors;
+  // A narrower wire dtype is the cpu backend's alone.
+  assert.equal(c1, "no error");
+  assert.match(
+    c2,
+    /^UnsupportedError: Cannot all-reduce with commDtype: the mpi backend reduces in the tensor's own dtype/,
+  );
+  assert.match(
+    c3,
+    /^UnsupportedError: Cannot all-reduce with commDtype: the nccl backend reduces in the tensor's own dtype/,
+  );
+  assert.match(
+    cpu.errors.commDtypeBad,
+    /^TypeError: Cannot all-reduce: commDtype must be one of float16, bfloat16/,
+  );
   assert.deepEqual(mpiRest, cpuRest);
   assert.deepEqual(ncclRest, cpuRest);
   assert.deepEqual(mpi.afterClose, cpu.afterClose);

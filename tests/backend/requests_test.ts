@@ -52,6 +52,12 @@ Deno.test("encodeRequest()/decodeRequest() carry every field of a call, buffers 
   };
   assert.equal(encodeRequest(plain, ALGORITHMS, (b) => buffers.indexOf(b), slot), true);
   assert.deepEqual(decodeRequest(slot, ALGORITHMS, (id) => buffers[id]), plain);
+  // An all-reduce that travels narrower carries its commDtype beside the dtype.
+  for (const commDtype of ["float16", "bfloat16"] as const) {
+    const narrow: OpRequest = { ...plain, commDtype };
+    assert.equal(encodeRequest(narrow, ALGORITHMS, (b) => buffers.indexOf(b), slot), true);
+    assert.deepEqual(decodeRequest(slot, ALGORITHMS, (id) => buffers[id]), narrow);
+  }
   // A name that has no number cannot go by the ring.
   assert.equal(encodeRequest({ ...plain, algorithm: "mine" }, ALGORITHMS, () => 0, slot), false);
 });

@@ -74,6 +74,8 @@ const errors: Record<string, string> = {
   resizable: await answer(() => pg.allReduce(new Float32Array(new ArrayBuffer(16, { maxByteLength: 32 })))),
   aborted: await answer(() => pg.allReduce(f, { signal: aborted.signal })),
   algorithm: await answer(() => pg.allReduce(f, { algorithm: "butterfly" })),
+  commDtypeBad: await answer(() => pg.allReduce(f, { commDtype: "int8" })),
+  commDtype: await answer(() => pg.allReduce(new Float32Array(4), { commDtype: "float16" })),
 };
 await pg.close();
 const afterClose: Record<string, string> = {
