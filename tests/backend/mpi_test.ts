@@ -75,7 +75,13 @@ async function mpiexec(ranks: number, suite: string, timeoutMs = 60_000): Promis
   const stderr = new TextDecoder().decode(out.stderr);
   const what = `mpiexec -n ${ranks} mpi_rank.ts ${suite}`;
   const run = parse(stdout, stderr, ranks, what);
-  assert.equal(out.code, 0, `${what} exited with ${out.code}:\n${stderr.slice(-3000)}`);
+  assert.equal(
+    out.code,
+    0,
+    `${what} exited with ${out.code}${out.signal ? ` (signal ${out.signal})` : ""}:\nstdout:\n${
+      stdout.slice(-2000)
+    }\nstderr:\n${stderr.slice(-3000)}`,
+  );
   return run;
 }
 
