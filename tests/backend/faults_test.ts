@@ -78,10 +78,15 @@ function shmObjects(): string[] {
   return [...Deno.readDirSync("/dev/shm")].map((e) => e.name).filter((n) => n.startsWith("dcomm-")).sort();
 }
 
-for (const [transport, size] of [["tcp", "16 MiB"], ["shm", "16 MiB"], ["shm", "1 KiB"]]) {
+const KILLED = [["tcp", "16 MiB"], ["shm", "16 MiB"], ["shm", "1 KiB"], ["tcp", "DDP buckets"], [
+  "shm",
+  "DDP buckets",
+]];
+for (const [transport, size] of KILLED) {
   Deno.test(`a rank killed mid-collective makes every other rank fail within seconds (${transport}, ${size})`, async () => {
     const before = shmObjects();
-    const ranks = await start(4, ["loop", size === "1 KiB" ? "small" : "big"], {
+    const variant = size === "1 KiB" ? "small" : size === "DDP buckets" ? "ddp" : "big";
+    const ranks = await start(4, ["loop", variant], {
       DCOMM_TRANSPORT: transport,
     });
     await until(() => ranks.every((r) => r.lines.includes("STARTED")), 60_000);
