@@ -178,9 +178,7 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
 
   reduce(tensor: AnyTensor, options: RootReduceOptions = {}): W {
     return this.#call("reduce", options, () => {
-      if (options.commDtype !== undefined) {
-        throw new TypeError(`Cannot reduce: commDtype is an option of allReduce only`);
-      }
+      onlyAllReduce("reduce", options);
       return {
         dtype: this.#dtype("reduce", tensor, "tensor", options),
         op: opOf("reduce", options),
@@ -203,9 +201,7 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
     return this.#call("reduceScatter", options, () => {
       const dtype = this.#pair("reduce-scatter", output, input, options);
       const op = opOf("reduce-scatter", options);
-      if (options.commDtype !== undefined) {
-        throw new TypeError(`Cannot reduce-scatter: commDtype is an option of allReduce only`);
-      }
+      onlyAllReduce("reduce-scatter", options);
       checkBlocks("reduceScatter", output, input, this.size);
       return { dtype, op, input, output, count: input.length };
     });
@@ -352,6 +348,13 @@ export function narrowUnsupported(backend: string): UnsupportedError {
     `Cannot all-reduce with commDtype: the ${backend} backend reduces in the tensor's own dtype; cast the ` +
       `tensor yourself, or use the cpu backend`,
   );
+}
+
+/** Refuses `commDtype` on a reducing call other than an all-reduce. */
+function onlyAllReduce(what: string, options: { commDtype?: DType }): void {
+  if (options.commDtype !== undefined) {
+    throw new TypeError(`Cannot ${what}: commDtype is an option of allReduce only`);
+  }
 }
 
 /** What `commDtype` may narrow each dtype to. */

@@ -40,3 +40,43 @@ export function chunksOf(ctx: SegmentContext, bytes: number, limit: number): Chu
 export function pieceBytes(ctx: SegmentContext): number {
   return Math.floor(ctx.bufferBytes / ctx.size / ctx.elemSize) * ctx.elemSize;
 }
+
+/**
+ * Copies chunk `c` of `src` into this member's buffer `b`: the post of the collectives that put one range
+ * of bytes in the segment (all-reduce, reduce, broadcast, all-gather).
+ *
+ * @param ctx The context.
+ * @param src The range.
+ * @param chunks Its chunks.
+ * @param c The chunk.
+ * @param b The buffer.
+ */
+export function postChunk(ctx: SegmentContext, src: Uint8Array, chunks: Chunks, c: number, b: number): void {
+  const off = c * chunks.size;
+  ctx.buffer(ctx.rank, b).set(src.subarray(off, off + chunks.length(c)));
+}
+
+/**
+ * Copies chunk `c` of each of the `ctx.size` blocks of `input` (each `m` bytes) into this member's buffer
+ * `b`, one piece of `p` bytes per block: the post of the block collectives (reduce-scatter, all-to-all).
+ *
+ * @param ctx The context.
+ * @param input The blocks.
+ * @param m Bytes per block.
+ * @param p Bytes per piece ({@linkcode pieceBytes}).
+ * @param chunks The chunks of one block.
+ * @param c The chunk.
+ * @param b The buffer.
+ */
+export function postPieces(
+  ctx: SegmentContext,
+  input: Uint8Array,
+  m: number,
+  p: number,
+  chunks: Chunks,
+  c: number,
+  b: number,
+): void {
+  const off = c * chunks.size, len = chunks.length(c), mine = ctx.buffer(ctx.rank, b);
+  for (let j = 0; j < ctx.size; j++) mine.set(input.subarray(j * m + off, j * m + off + len), j * p);
+}

@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { chunksOf } from "./_segment_chunks.ts";
+import { chunksOf, postChunk } from "./_segment_chunks.ts";
 import type { SegmentContext, SegmentPlan } from "./segment_context.ts";
 
 /**
@@ -22,8 +22,7 @@ export function segmentAllGather(ctx: SegmentContext, input: Uint8Array, output:
   return {
     chunks: chunks.count,
     post(c: number, b: number): void {
-      const off = c * chunks.size;
-      ctx.buffer(ctx.rank, b).set(input.subarray(off, off + chunks.length(c)));
+      postChunk(ctx, input, chunks, c, b);
     },
     finish(c: number, b: number): void {
       const off = c * chunks.size, len = chunks.length(c);

@@ -24,7 +24,7 @@
  *
  * @module
  */
-import { chunksOf } from "./_segment_chunks.ts";
+import { chunksOf, postChunk } from "./_segment_chunks.ts";
 import { type SegmentContext, type SegmentPlan, shardOf } from "./segment_context.ts";
 
 /** Options of {@linkcode segmentAllReduce}. */
@@ -48,10 +48,7 @@ export function segmentAllReduce(
 ): SegmentPlan {
   const chunks = chunksOf(ctx, buf.byteLength, ctx.bufferBytes);
   const es = ctx.elemSize;
-  const post = (c: number, b: number): void => {
-    const off = c * chunks.size;
-    ctx.buffer(ctx.rank, b).set(buf.subarray(off, off + chunks.length(c)));
-  };
+  const post = (c: number, b: number): void => postChunk(ctx, buf, chunks, c, b);
   if (!options.twoPhase || ctx.size === 1) {
     return {
       chunks: chunks.count,

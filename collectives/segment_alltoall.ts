@@ -7,7 +7,7 @@
  *
  * @module
  */
-import { chunksOf, pieceBytes } from "./_segment_chunks.ts";
+import { chunksOf, pieceBytes, postPieces } from "./_segment_chunks.ts";
 import type { SegmentContext, SegmentPlan } from "./segment_context.ts";
 
 /**
@@ -24,8 +24,7 @@ export function segmentAllToAll(ctx: SegmentContext, input: Uint8Array, output: 
   return {
     chunks: chunks.count,
     post(c: number, b: number): void {
-      const off = c * chunks.size, len = chunks.length(c), mine = ctx.buffer(ctx.rank, b);
-      for (let j = 0; j < ctx.size; j++) mine.set(input.subarray(j * m + off, j * m + off + len), j * p);
+      postPieces(ctx, input, m, p, chunks, c, b);
     },
     finish(c: number, b: number): void {
       const off = c * chunks.size, len = chunks.length(c), at = ctx.rank * p;

@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { chunksOf } from "./_segment_chunks.ts";
+import { chunksOf, postChunk } from "./_segment_chunks.ts";
 import type { SegmentContext, SegmentPlan } from "./segment_context.ts";
 
 /**
@@ -22,9 +22,7 @@ export function segmentBroadcast(ctx: SegmentContext, buf: Uint8Array, root: num
   return {
     chunks: chunks.count,
     post(c: number, b: number): void {
-      if (me !== root) return;
-      const off = c * chunks.size;
-      ctx.buffer(me, b).set(buf.subarray(off, off + chunks.length(c)));
+      if (me === root) postChunk(ctx, buf, chunks, c, b);
     },
     finish(c: number, b: number): void {
       if (me === root) return;

@@ -7,7 +7,7 @@
  *
  * @module
  */
-import { chunksOf } from "./_segment_chunks.ts";
+import { chunksOf, postChunk } from "./_segment_chunks.ts";
 import { type SegmentContext, type SegmentPlan, shardOf } from "./segment_context.ts";
 import type { SegmentAllReduceOptions } from "./segment_allreduce.ts";
 
@@ -28,10 +28,7 @@ export function segmentReduce(
 ): SegmentPlan {
   const chunks = chunksOf(ctx, buf.byteLength, ctx.bufferBytes);
   const me = ctx.rank, es = ctx.elemSize;
-  const post = (c: number, b: number): void => {
-    const off = c * chunks.size;
-    ctx.buffer(me, b).set(buf.subarray(off, off + chunks.length(c)));
-  };
+  const post = (c: number, b: number): void => postChunk(ctx, buf, chunks, c, b);
   if (!options.twoPhase || ctx.size === 1) {
     return {
       chunks: chunks.count,

@@ -95,8 +95,6 @@ interface Bucket {
   readonly info: BucketInfo;
   /** The flat gradients. */
   readonly buffer: TypedArray;
-  /** Where each of `info.params` starts in `buffer`, in elements. */
-  readonly offsets: readonly number[];
   /** Gradients not yet ready this step. */
   pending: number;
   launchedAt: number;
@@ -333,7 +331,7 @@ export class DistributedDataParallel<T extends TypedArray = TypedArray> {
       firstStartedAt: Math.min(...works.map((w) => w.startedAt)),
       lastFinishedAt: Math.max(...works.map((w) => w.finishedAt)),
       waitMs: performance.now() - t0,
-      unused: this.#findUnused ? unused : [],
+      unused,
     };
   }
 
@@ -467,10 +465,8 @@ function assignBuckets(
   }
   const where: { bucket: number; offset: number }[] = new Array(params.length);
   const buckets = groups.map((g, index): Bucket => {
-    const offsets: number[] = [];
     let at = 0;
     for (const i of g.params) {
-      offsets.push(at);
       where[i] = { bucket: index, offset: at };
       at += params[i].length;
     }
@@ -484,7 +480,6 @@ function assignBuckets(
     return {
       info,
       buffer: alloc(g.count, g.dtype),
-      offsets,
       pending: g.params.length,
       launchedAt: 0,
       running: undefined,

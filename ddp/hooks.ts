@@ -75,18 +75,7 @@ export interface CommHook {
  * ```
  */
 export function allReduceHook(): CommHook {
-  return {
-    name: "allreduce",
-    async run(pg: ProcessGroup, bucket: HookBucket): Promise<HookReport> {
-      const work = pg.allReduce(bucket.buffer, { op: "avg", dtype: bucket.dtype });
-      const report = await work.wait();
-      return { works: report ? [report] : [], wireDtype: bucket.dtype };
-    },
-    state(): undefined {
-      return undefined;
-    },
-    load(): void {},
-  };
+  return averagingHook("allreduce", undefined);
 }
 
 /**
@@ -137,17 +126,22 @@ export function bf16CompressHook(): CommHook {
 }
 
 function narrowHook(name: string, commDtype: "float16" | "bfloat16"): CommHook {
+  return averagingHook(name, commDtype);
+}
+
+/** A stateless hook of one all-reduce with `op: "avg"`, float32 buckets sent as `commDtype` if given. */
+function averagingHook(name: string, commDtype: "float16" | "bfloat16" | undefined): CommHook {
   return {
     name,
     async run(pg: ProcessGroup, bucket: HookBucket): Promise<HookReport> {
-      const narrow = bucket.dtype === "float32";
+      const wire = commDtype !== undefined && bucket.dtype === "float32" ? commDtype : bucket.dtype;
       const work = pg.allReduce(bucket.buffer, {
         op: "avg",
         dtype: bucket.dtype,
-        commDtype: narrow ? commDtype : undefined,
+        commDtype: wire === bucket.dtype ? undefined : wire,
       });
       const report = await work.wait();
-      return { works: report ? [report] : [], wireDtype: narrow ? commDtype : bucket.dtype };
+      return { works: report ? [report] : [], wireDtype: wire };
     },
     state(): undefined {
       return undefined;

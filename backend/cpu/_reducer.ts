@@ -78,27 +78,30 @@ export class Reducer {
    */
   narrow(dtype: "float16" | "bfloat16", src: Uint8Array, dst: Uint8Array, divisor: number): void {
     if (divisor !== 1) this.divide("float32", src, divisor);
-    const CHUNK = SLOT_BYTES / 4;
-    const n = src.byteLength / 4;
-    for (let at = 0; at < n; at += CHUNK) {
-      const len = Math.min(CHUNK, n - at);
-      const f = new Float32Array(src.buffer, src.byteOffset + at * 4, len);
-      const h = new Uint16Array(dst.buffer, dst.byteOffset + at * 2, len);
-      if (dtype === "float16") this.#k.castF32ToF16(f, h);
-      else this.#k.castF32ToBf16(f, h);
-    }
+    const k = this.#k;
+    castChunks(src, dst, (f, h) => dtype === "float16" ? k.castF32ToF16(f, h) : k.castF32ToBf16(f, h));
   }
 
   /** Widens the `dtype` (float16 or bfloat16) values of `src` back to float32 into `dst`, exactly. */
   widen(dtype: "float16" | "bfloat16", src: Uint8Array, dst: Uint8Array): void {
-    const CHUNK = SLOT_BYTES / 4;
-    const n = src.byteLength / 2;
-    for (let at = 0; at < n; at += CHUNK) {
-      const len = Math.min(CHUNK, n - at);
-      const h = new Uint16Array(src.buffer, src.byteOffset + at * 2, len);
-      const f = new Float32Array(dst.buffer, dst.byteOffset + at * 4, len);
-      if (dtype === "float16") this.#k.castF16ToF32(h, f);
-      else this.#k.castBf16ToF32(h, f);
-    }
+    const k = this.#k;
+    castChunks(dst, src, (f, h) => dtype === "float16" ? k.castF16ToF32(h, f) : k.castBf16ToF32(h, f));
+  }
+}
+
+/** Runs `cast` over float32 `wide` and 16-bit `narrow` in pieces of one staging slot's worth of floats. */
+function castChunks(
+  wide: Uint8Array,
+  narrow: Uint8Array,
+  cast: (f: Float32Array, h: Uint16Array) => void,
+): void {
+  const chunk = SLOT_BYTES / 4;
+  const n = wide.byteLength / 4;
+  for (let at = 0; at < n; at += chunk) {
+    const len = Math.min(chunk, n - at);
+    cast(
+      new Float32Array(wide.buffer, wide.byteOffset + at * 4, len),
+      new Uint16Array(narrow.buffer, narrow.byteOffset + at * 2, len),
+    );
   }
 }
