@@ -10,7 +10,7 @@
 import { STORE_SECRET_ENV } from "../store/secret.ts";
 import { TcpStore } from "../store/tcp_store.ts";
 import { TcpStoreServer } from "../store/tcp_store_server.ts";
-import { parseInitMethod, type RankInfo, rankInfo } from "./env.ts";
+import { isLoopback, parseInitMethod, type RankInfo, rankInfo } from "./env.ts";
 
 /** What a rendezvous needs (a subset of `init`'s options). */
 export interface RendezvousOptions {
@@ -27,8 +27,6 @@ export interface RendezvousOptions {
   /** The environment to read. @default Deno.env.toObject() */
   env?: Readonly<Record<string, string | undefined>>;
 }
-
-const LOOPBACK = /^(127\.|localhost$|::1$)/;
 
 /**
  * The environment `init` reads: the one given, or the process's (none without `--allow-env`).
@@ -112,7 +110,7 @@ export class Rendezvous {
       }
       hostname ??= "127.0.0.1";
       server = await TcpStoreServer.listen({
-        hostname: LOOPBACK.test(hostname) ? "127.0.0.1" : "0.0.0.0",
+        hostname: isLoopback(hostname) ? "127.0.0.1" : "0.0.0.0",
         port: port ?? 0,
         secret,
       });

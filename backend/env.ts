@@ -176,3 +176,22 @@ export function parseInitMethod(url: string): { hostname?: string; port?: number
   if (port > 65535) throw new RangeError(`Invalid init method port: expected 0..65535, found ${port}`);
   return { hostname: m[1].replace(/^\[|\]$/g, ""), port };
 }
+
+/**
+ * Whether `host` names this machine's loopback interface (`127.x.x.x`, `localhost`, `::1`): a store or
+ * listener for it binds to 127.0.0.1, and a rank meeting a loopback master publishes 127.0.0.1 too.
+ *
+ * @param host A host name or address.
+ * @returns Whether it is loopback.
+ *
+ * @example
+ * ```ts
+ * import { isLoopback } from "./env.ts";
+ * import assert from "node:assert/strict";
+ * assert.equal(isLoopback("127.0.0.1"), true);
+ * assert.equal(isLoopback("10.0.0.1"), false);
+ * ```
+ */
+export function isLoopback(host: string): boolean {
+  return /^(127\.|localhost$|::1$)/.test(host);
+}

@@ -22,6 +22,7 @@
  */
 import { parseArgs } from "node:util";
 import { TcpStoreServer } from "../store/tcp_store_server.ts";
+import { isLoopback } from "../backend/env.ts";
 import { generateSecret, STORE_SECRET_ENV } from "../store/secret.ts";
 
 /** What {@linkcode launch} needs. */
@@ -198,9 +199,8 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
     probe.close();
   }
   if (nodeRank === 0 && hostStore) {
-    const loopback = /^(127\.|localhost$|::1$)/.test(masterAddr);
     server = await TcpStoreServer.listen({
-      hostname: loopback ? "127.0.0.1" : "0.0.0.0",
+      hostname: isLoopback(masterAddr) ? "127.0.0.1" : "0.0.0.0",
       port: masterPort,
       secret,
       log: (m) => write(`[launcher]: ${m}`, "stderr"),
