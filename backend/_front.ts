@@ -15,6 +15,7 @@
 import { checkOp, type DType, dtypeOf, type ReduceOp, type TypedArray } from "../core/dtype.ts";
 import { DistError, UnsupportedError } from "../core/errors.ts";
 import { checkBlocks, checkPeer, checkRank } from "./_checks.ts";
+import { checkCompression, type CheckedCompression } from "./_compression.ts";
 import {
   type AlgorithmOptions,
   type AllocOptions,
@@ -82,6 +83,8 @@ export interface CallRecord {
   readonly servers?: number;
   /** The narrower dtype an all-reduce travels in (`ReduceOptions.commDtype`), if any. */
   readonly commDtype?: DType;
+  /** The codec of a compressed all-reduce (`ReduceOptions.compression`), checked. */
+  readonly compression?: CheckedCompression;
   /** Milliseconds before the call fails. */
   readonly timeoutMs: number;
   /** Aborts the call. */
@@ -163,7 +166,11 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
         );
       }
       const commDtype = commDtypeOf(dtype, options.commDtype);
-      return { dtype, op: opOf("all-reduce", options), tensor, count: tensor.length, servers, commDtype };
+      const op = opOf("all-reduce", options);
+      const compression = options.compression === undefined
+        ? undefined
+        : checkCompression(options.compression, dtype, op, tensor as ArrayBufferView, options);
+      return { dtype, op, tensor, count: tensor.length, servers, commDtype, compression };
     });
   }
 
@@ -350,10 +357,25 @@ export function narrowUnsupported(backend: string): UnsupportedError {
   );
 }
 
-/** Refuses `commDtype` on a reducing call other than an all-reduce. */
-function onlyAllReduce(what: string, options: { commDtype?: DType }): void {
-  if (options.commDtype !== undefined) {
-    throw new TypeError(`Cannot ${what}: commDtype is an option of allReduce only`);
+/**
+ * The error of a backend that cannot run a compressed all-reduce.
+ *
+ * @param backend The backend's name.
+ * @returns The error to throw.
+ */
+export function compressionUnsupported(backend: string): UnsupportedError {
+  return new UnsupportedError(
+    `Cannot all-reduce with compression: the ${backend} backend has no communication thread to run the ` +
+      `codec's kernels on; use the cpu backend, or an all-reduce without compression`,
+  );
+}
+
+/** Refuses `commDtype` and `compression` on a reducing call other than an all-reduce. */
+function onlyAllReduce(what: string, options: { commDtype?: DType; compression?: unknown }): void {
+  for (const name of ["commDtype", "compression"] as const) {
+    if (options[name] !== undefined) {
+      throw new TypeError(`Cannot ${what}: ${name} is an option of allReduce only`);
+    }
   }
 }
 

@@ -139,6 +139,69 @@ export interface ReduceOptions extends CallOptions {
    * does not. The call's report counts the narrow bytes. @default the tensor's dtype
    */
   commDtype?: DType;
+  /**
+   * All-reduce only, cpu backend, float32 tensors with `op` `"sum"` or `"avg"`: the codec the values travel
+   * in, encoded and decoded by the WASM kernels on the communication thread (see {@linkcode Compression}).
+   * Every rank must pass the same codec and sizes. @default none
+   */
+  compression?: Compression;
+}
+
+/**
+ * A compressed all-reduce (`ReduceOptions.compression`): the codec, its sizes, and the arrays that keep its
+ * state from call to call, which the caller owns (the communication thread reads and writes them in place
+ * while the call runs; see `@dcomm/dcomm/ddp`'s hooks, which keep one set per bucket).
+ *
+ * - `"int8"`: one absmax/127 scale per `blockSize` elements; a reduce-scatter then an all-gather of the
+ *   int8 blocks (about 4× fewer bytes). No state.
+ * - `"sign"`: 1 bit per element and one mean-|x| scale per block, DeepSpeed's two-phase 1-bit all-reduce:
+ *   `residual` (this rank's error feedback) and `serverResidual` (the error of the chunk this rank
+ *   reduces), each `tensor.length` float32s, or none for no error feedback.
+ * - `"topk"`: the `k` elements of largest magnitude of each rank, all-gathered and summed; `residual` for
+ *   error feedback.
+ * - `"powersgd"`: each of `matrices` as a rank-`rank` product P·Qᵀ (Vogels et al. 2019), warm-started from
+ *   `q` (`Σ cols × min(rank, rows, cols)` float32s, the same on every rank at the first call, e.g. from one
+ *   seed); the elements outside the matrices travel uncompressed; `residual` for error feedback.
+ *
+ * @example A 1-bit all-reduce with error feedback on a world of one
+ * ```ts
+ * import { init } from "./init.ts";
+ * import type { Compression } from "./process_group.ts";
+ * import assert from "node:assert/strict";
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * const grad = new Float32Array([0.5, -1.5, 1, 3]);
+ * const compression: Compression = {
+ *   codec: "sign",
+ *   blockSize: 4,
+ *   residual: new Float32Array(4),
+ *   serverResidual: new Float32Array(4),
+ * };
+ * const report = await pg.allReduce(grad, { op: "avg", compression }).wait();
+ * assert.equal(report?.compression, "sign");
+ * assert.deepEqual(grad, new Float32Array([1.5, -1.5, 1.5, 1.5])); // ±mean|x|
+ * assert.deepEqual(compression.residual, new Float32Array([-1, 0, -0.5, 1.5])); // what the signs lost
+ * ```
+ */
+export interface Compression {
+  /** The codec. */
+  readonly codec: "int8" | "sign" | "topk" | "powersgd";
+  /** `"int8"`, `"sign"`: elements per scale, an integer >= 1. @default 256 */
+  readonly blockSize?: number;
+  /** `"topk"`: elements each rank sends, an integer in 1..tensor.length. */
+  readonly k?: number;
+  /** `"powersgd"`: the rank of the approximation, an integer >= 1. @default 1 */
+  readonly rank?: number;
+  /**
+   * `"powersgd"`: the matrices of the tensor (row-major, each `rows × cols` elements from `offset`), in
+   * order and disjoint.
+   */
+  readonly matrices?: readonly { readonly offset: number; readonly rows: number; readonly cols: number }[];
+  /** `"sign"`, `"topk"`, `"powersgd"`: this rank's error feedback, `tensor.length` float32s. */
+  readonly residual?: Float32Array;
+  /** `"sign"`: the server side's error feedback, `tensor.length` float32s. */
+  readonly serverResidual?: Float32Array;
+  /** `"powersgd"`: Q, kept from call to call. */
+  readonly q?: Float32Array;
 }
 
 /**

@@ -39,6 +39,11 @@ export interface WorkReport {
   readonly startedAt: number;
   /** When it finished, as a Unix epoch in milliseconds by the communication thread's clock. */
   readonly finishedAt: number;
+  /**
+   * The codec of a compressed all-reduce (`ReduceOptions.compression`): `"int8"`, `"sign"`, `"topk"` or
+   * `"powersgd"`; `bytesSent` then sums its stages, and `algorithm` is its first stage's.
+   */
+  readonly compression?: string;
 }
 
 /**

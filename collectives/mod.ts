@@ -267,3 +267,36 @@ export function chooseAlgorithm<C extends Collective>(
   }
   return best as AlgorithmName[C];
 }
+
+export {
+  chunkBounds,
+  chunkElements,
+  type Codec,
+  type CodecKernels,
+  CODECS,
+  type CompressedCall,
+  type CompressedContext,
+  matrixRank,
+  type MatrixSpan,
+  powerSgdSizes,
+} from "./_compressed.ts";
+export { int8AllReduce } from "./compressed_int8.ts";
+export { signAllReduce } from "./compressed_sign.ts";
+export { topKAllReduce } from "./compressed_topk.ts";
+export { powerSgdAllReduce } from "./compressed_powersgd.ts";
+
+import type { Codec, CompressedCall, CompressedContext } from "./_compressed.ts";
+import { int8AllReduce } from "./compressed_int8.ts";
+import { signAllReduce } from "./compressed_sign.ts";
+import { topKAllReduce } from "./compressed_topk.ts";
+import { powerSgdAllReduce } from "./compressed_powersgd.ts";
+
+/** The compressed all-reduces, by codec (`ReduceOptions.compression`). */
+export const COMPRESSED_ALL_REDUCE: Readonly<
+  Record<Codec, (ctx: CompressedContext, call: CompressedCall) => Promise<void>>
+> = {
+  int8: int8AllReduce,
+  sign: signAllReduce,
+  topk: topKAllReduce,
+  powersgd: powerSgdAllReduce,
+};

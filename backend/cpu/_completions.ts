@@ -7,12 +7,14 @@
  * back to a message too.
  *
  * A {@linkcode RecordRing} of {@linkcode COMPLETION_SLOTS} records of 8 float64s: id, algorithm code (an
- * index into `ALGORITHM_NAMES`), bytes, bytesSent, timeMs, startedAt, finishedAt.
+ * index into `ALGORITHM_NAMES`), bytes, bytesSent, timeMs, startedAt, finishedAt, and the codec of a
+ * compressed all-reduce (its index in `CODECS` + 1; 0 for none).
  *
  * @module
  */
 
 import { RecordRing } from "./_record_ring.ts";
+import { type Codec, CODECS } from "../../collectives/_compressed.ts";
 
 /** Records in the ring. */
 export const COMPLETION_SLOTS = 256;
@@ -30,6 +32,8 @@ export interface Completion {
   timeMs: number;
   startedAt: number;
   finishedAt: number;
+  /** The codec of a compressed all-reduce, if any. */
+  compression?: string;
 }
 
 /** A new ring's memory. */
@@ -60,6 +64,7 @@ export class CompletionWriter {
       r[at + 4] = c.timeMs;
       r[at + 5] = c.startedAt;
       r[at + 6] = c.finishedAt;
+      r[at + 7] = c.compression === undefined ? 0 : CODECS.indexOf(c.compression as Codec) + 1;
       return true;
     });
   }
@@ -87,6 +92,7 @@ export class CompletionReader {
         timeMs: r[at + 4],
         startedAt: r[at + 5],
         finishedAt: r[at + 6],
+        ...(r[at + 7] > 0 ? { compression: CODECS[r[at + 7] - 1] } : {}),
       });
   }
 

@@ -4,7 +4,9 @@
  * same call at another sequence number) reports both calls instead of corrupting data or hanging.
  *
  * Layout (little-endian): group u32 @0 | seq u32 @4 | collective u8 @8 | dtype u8 @9 | op u8 @10 |
- * algorithm u8 @11 | root i32 @12 | count f64 @16 | servers u32 @24 | reserved @28..31 (zero).
+ * algorithm u8 @11 | root i32 @12 | count f64 @16 | servers u32 @24 | byte 28 (the host segment's: a
+ * pool tensor or not) | stage u8 @29: for a collective run by a compressed all-reduce, the codec's code + 1
+ * and 16 × its stage (1, 2, ...), 0 otherwise | reserved @30..31 (zero).
  *
  * @module
  */
@@ -12,6 +14,7 @@ import { type DType, DTYPES, REDUCE_OPS, type ReduceOp } from "../../core/dtype.
 import { DESC_BYTES } from "../../transport/transport.ts";
 import { smallBytes } from "../../core/_small_bytes.ts";
 import { type Collective, COLLECTIVES } from "./_protocol.ts";
+import { CODECS } from "../../collectives/_compressed.ts";
 
 /** A call, as its descriptor records it. */
 export interface CallDescriptor {
@@ -33,6 +36,8 @@ export interface CallDescriptor {
   count: number;
   /** Parameter servers of a `ps` all-reduce (0 otherwise). */
   servers: number;
+  /** For a collective that a compressed all-reduce runs: codec code + 1 + 16 × stage. @default 0 */
+  stage?: number;
 }
 
 /**
@@ -72,7 +77,7 @@ export function encodeDescriptorInto(
   v.setInt32(at + 12, d.root, true);
   v.setFloat64(at + 16, d.count, true);
   v.setUint32(at + 24, d.servers, true);
-  v.setUint32(at + 28, 0, true);
+  v.setUint32(at + 28, (d.stage ?? 0) << 8, true);
 }
 
 /**
@@ -94,6 +99,7 @@ export function decodeDescriptor(bytes: Uint8Array, algorithms: readonly string[
     root: v.getInt32(12, true),
     count: v.getFloat64(16, true),
     servers: v.getUint32(24, true),
+    stage: v.getUint8(29),
   };
 }
 
@@ -112,5 +118,8 @@ export function describeCall(d: CallDescriptor): string {
   if (d.collective === "broadcast" || d.collective === "reduce") parts.push(`root ${d.root}`);
   if (d.collective === "send" || d.collective === "recv") parts.push(`peer ${d.root}`);
   if (d.algorithm) parts.push(d.servers ? `${d.algorithm} with ${d.servers} servers` : d.algorithm);
-  return `${d.collective}(${parts.join(", ")}) #${d.seq} in group ${d.group}`;
+  const stage = d.stage
+    ? ` (stage ${d.stage >> 4} of a compressed allReduce, codec ${CODECS[(d.stage & 15) - 1] ?? "?"})`
+    : "";
+  return `${d.collective}(${parts.join(", ")}) #${d.seq} in group ${d.group}${stage}`;
 }

@@ -9,6 +9,7 @@ import type { DType, ReduceOp } from "../../core/dtype.ts";
 import type { SegmentState } from "../../collectives/segment_context.ts";
 import type { SegmentAddress, SegmentLayout } from "../../transport/segment.ts";
 import type { WorkReport } from "../work.ts";
+import type { Codec, MatrixSpan } from "../../collectives/_compressed.ts";
 
 export { type Collective, COLLECTIVES } from "../_front.ts";
 import type { Collective } from "../_front.ts";
@@ -81,6 +82,30 @@ export interface OpRequest {
   resume?: SegmentResume;
   /** All-reduce: the narrower dtype it travels and sums in (cast down and back on the communication thread). */
   commDtype?: DType;
+  /** All-reduce of float32: the codec it is compressed with, run on the communication thread. */
+  compression?: CompressionRequest;
+  /** A collective that a compressed all-reduce runs: its descriptor's stage (`_descriptor.ts`). */
+  stage?: number;
+}
+
+/** A compressed all-reduce's codec and the caller's arrays that hold its state across steps. */
+export interface CompressionRequest {
+  /** The codec. */
+  codec: Codec;
+  /** Elements per scale (int8, sign). */
+  blockSize: number;
+  /** Elements each rank sends (top-k). */
+  k: number;
+  /** The approximation's rank (PowerSGD). */
+  rank: number;
+  /** The matrices (PowerSGD). */
+  matrices: MatrixSpan[];
+  /** The error feedback of this rank, by address. */
+  residual?: PointerRegion;
+  /** The sign codec's server-side error feedback, by address. */
+  serverResidual?: PointerRegion;
+  /** PowerSGD's Q, by address. */
+  q?: PointerRegion;
 }
 
 /** How the engine connects. */

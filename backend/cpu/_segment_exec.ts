@@ -65,6 +65,8 @@ export interface SegmentCall {
   root: number;
   /** Elements, as the descriptor counts them. */
   count: number;
+  /** The stage of a compressed all-reduce this call belongs to (0 for none), as the descriptor says. */
+  stage: number;
   /** The two-phase plan of all-reduce and reduce. */
   twoPhase: boolean;
   /** The in-place tensor or the input. */
@@ -108,7 +110,7 @@ const FORCED_PLAN: SegmentPlanName | undefined = (() => {
  * @returns The call.
  */
 export function segmentCallOf(
-  op: Pick<OpRequest, "group" | "collective" | "dtype" | "op" | "root" | "count" | "input">,
+  op: Pick<OpRequest, "group" | "collective" | "dtype" | "op" | "root" | "count" | "input" | "stage">,
   members: readonly number[],
   layout: SegmentLayout,
   input: Uint8Array | undefined,
@@ -136,6 +138,7 @@ export function segmentCallOf(
     op: op.op,
     root: op.root,
     count: op.count,
+    stage: op.stage ?? 0,
     twoPhase,
     input,
     output,
@@ -691,6 +694,7 @@ function descriptorOf(call: SegmentCall, seq: number): CallDescriptor {
     root: call.collective === "broadcast" || call.collective === "reduce" ? call.root : 0,
     count: call.count,
     servers: 0,
+    stage: call.stage,
   };
 }
 

@@ -10,7 +10,7 @@ import { checkGroupRanks } from "../_checks.ts";
 import { dtypeSize, type TypedArray } from "../../core/dtype.ts";
 import { DistError } from "../../core/errors.ts";
 import type { AllocOptions, GroupOptions, ProcessGroup } from "../process_group.ts";
-import { type CallRecord, GroupFront, narrowUnsupported } from "../_front.ts";
+import { type CallRecord, compressionUnsupported, GroupFront, narrowUnsupported } from "../_front.ts";
 import { Work, type WorkReport } from "../work.ts";
 import type {
   Collective,
@@ -206,6 +206,7 @@ export class EngineHandle {
       timeMs: c.timeMs,
       startedAt: c.startedAt,
       finishedAt: c.finishedAt,
+      ...(c.compression === undefined ? {} : { compression: c.compression }),
     });
     this.#idle();
   }
@@ -482,6 +483,29 @@ export class CpuProcessGroup extends GroupFront {
       timeoutMs,
       commDtype: call.commDtype,
     } as const;
+    const c = call.compression;
+    if (c !== undefined) {
+      // The codec runs on the communication thread, which reaches the tensor and the state by address.
+      if (!engine.byAddress) throw compressionUnsupported("cpu backend without FFI");
+      const at = (t: Float32Array | undefined): PointerRegion | undefined => t && pointerRegion(t);
+      const submitted = engine.submit({
+        ...request,
+        input: input ? pointerRegion(input) : undefined,
+        compression: {
+          codec: c.codec,
+          blockSize: c.blockSize,
+          k: c.k,
+          rank: c.rank,
+          matrices: [...c.matrices],
+          residual: at(c.residual),
+          serverResidual: at(c.serverResidual),
+          q: at(c.q),
+        },
+      }, signal);
+      return new Work(
+        submitted.then((report) => keepAlive(report, input, c.residual, c.serverResidual, c.q)),
+      );
+    }
     if (call.commDtype !== undefined) {
       // Cast down and back on the communication thread, which reaches the tensor by address.
       if (!engine.byAddress) throw narrowUnsupported("cpu backend without FFI");

@@ -25,7 +25,11 @@ import {
   encodeDescriptor,
   sameDescriptor,
 } from "./_descriptor.ts";
-import type { OpRequest, PointerRegion, Region } from "./_protocol.ts";
+import type { CompressionRequest, OpRequest, PointerRegion, Region } from "./_protocol.ts";
+import { type CodecKernels, CODECS, type CompressedContext } from "../../collectives/_compressed.ts";
+import { COMPRESSED_ALL_REDUCE } from "../../collectives/mod.ts";
+import { compressionKernels } from "../../wasm/compress.ts";
+import { kernels as loadKernels } from "../../wasm/kernels.ts";
 import type { Reducer } from "./_reducer.ts";
 import { segmentBytesPosted, segmentCallOf, SegmentExecutor, segmentUnavailable } from "./_segment_exec.ts";
 
@@ -201,6 +205,7 @@ export class Engine {
   async #run(op: OpRequest): Promise<WorkReport> {
     if (this.#failure) throw this.#failure;
     if (op.commDtype !== undefined) return await this.#runNarrow(op);
+    if (op.compression !== undefined) return await this.#runCompressed(op, op.compression);
     const cancelled = this.#cancelled.get(op.id);
     if (cancelled !== undefined) {
       this.#cancelled.delete(op.id);
@@ -355,6 +360,98 @@ export class Engine {
 
   #narrowBuffer: SharedArrayBuffer | undefined;
 
+  /**
+   * A compressed all-reduce: the codec (`collectives/compressed_*.ts`) runs here, on this thread's kernels,
+   * and each collective it runs is a call of its own through {@linkcode Engine.#run} (the segment or
+   * messages, as "auto" picks), its descriptor carrying the codec and the stage. The state arrays are the
+   * caller's, reached by address. Its report sums what the stages sent.
+   */
+  async #runCompressed(op: OpRequest, c: CompressionRequest): Promise<WorkReport> {
+    const group = this.#groups.get(op.group);
+    if (!group) throw new DistError(`Unknown group ${op.group}: newGroup() was not called on this rank`);
+    const kernels = await (this.#codecKernels ??= codecKernels());
+    const f32 = (region: OpRequest["input"]): Float32Array | undefined => {
+      const v = this.#view(region);
+      return v && new Float32Array(v.buffer, v.byteOffset, v.byteLength / 4);
+    };
+    const tensor = f32(op.input) as Float32Array;
+    const code = CODECS.indexOf(c.codec) + 1;
+    const scratch = new CompressedScratch(this.#compressedScratch);
+    const region = (bytes: Uint8Array): Region => ({
+      buffer: bytes.buffer as SharedArrayBuffer,
+      byteOffset: bytes.byteOffset,
+      byteLength: bytes.byteLength,
+    });
+    const reports: WorkReport[] = [];
+    const stage = async (
+      collective: "allToAll" | "allGather" | "allReduce",
+      dtype: "uint8" | "float32",
+      input: Uint8Array,
+      output?: Uint8Array,
+    ): Promise<void> => {
+      reports.push(
+        await this.#run({
+          ...op,
+          collective,
+          dtype,
+          op: "sum",
+          algorithm: "auto",
+          servers: undefined,
+          count: input.byteLength / dtypeSize(dtype),
+          input: region(input),
+          output: output && region(output),
+          compression: undefined,
+          stage: code + 16 * (reports.length + 1),
+        }),
+      );
+    };
+    const ctx: CompressedContext = {
+      rank: group.index,
+      size: group.ranks.length,
+      kernels,
+      allToAll: (input, output) => stage("allToAll", "uint8", input, output),
+      allGather: (input, output) => stage("allGather", "uint8", input, output),
+      allReduce: (data) =>
+        stage("allReduce", "float32", new Uint8Array(data.buffer, data.byteOffset, data.byteLength)),
+      scratch: (bytes) => scratch.take(bytes),
+    };
+    const startedAt = performance.timeOrigin + performance.now();
+    const t0 = performance.now();
+    try {
+      await COMPRESSED_ALL_REDUCE[c.codec](ctx, {
+        tensor,
+        average: op.op === "avg",
+        blockSize: c.blockSize,
+        k: c.k,
+        rank: c.rank,
+        matrices: c.matrices,
+        residual: f32(c.residual),
+        serverResidual: f32(c.serverResidual),
+        q: f32(c.q),
+      });
+    } catch (e) {
+      // A kernel that threw on this rank would leave its peers waiting: every rank learns why.
+      const error = e instanceof Error ? e : new DistError(String(e));
+      this.#fail(error);
+      throw this.#failure ?? error;
+    }
+    const t1 = performance.now();
+    return {
+      collective: "allReduce",
+      algorithm: reports[0]?.algorithm ?? "segment",
+      transport: this.#transport.kind,
+      bytes: op.count * 4,
+      bytesSent: reports.reduce((sum, r) => sum + r.bytesSent, 0),
+      timeMs: t1 - t0,
+      startedAt,
+      finishedAt: performance.timeOrigin + t1,
+      compression: c.codec,
+    };
+  }
+
+  #codecKernels: Promise<CodecKernels> | undefined;
+  #compressedScratch: SharedArrayBuffer[] = [];
+
   /** Runs a call through the host segment (begun here, or by the main thread and handed over). */
   async #runSegment(op: OpRequest, group: GroupState): Promise<WorkReport> {
     const exec = this.#segment as SegmentExecutor;
@@ -421,6 +518,7 @@ export class Engine {
       root: op.collective === "broadcast" || op.collective === "reduce" ? op.root : 0,
       count: op.count,
       servers: algorithm === "ps" ? op.servers ?? group.ranks.length : 0,
+      stage: op.stage ?? 0,
     };
   }
 
@@ -503,4 +601,46 @@ function mismatch(from: number, theirs: CallDescriptor, me: number, mine: CallDe
   return new MismatchError(
     `Mismatched calls: rank ${from} ${call(theirs, from)} but rank ${me} ${call(mine, me)}`,
   );
+}
+
+/** The codecs' kernels on this thread: the compression kernels and the BLAS-like ones. */
+async function codecKernels(): Promise<CodecKernels> {
+  const [c, k] = await Promise.all([compressionKernels(), loadKernels()]);
+  return {
+    quantizeInt8: (src, options) => c.quantizeInt8(src, options),
+    dequantizeInt8: (packed, dst, options) => c.dequantizeInt8(packed, dst, options),
+    signCompress: (src, residual, options) => c.signCompress(src, residual, options),
+    signDecompress: (packed, dst, options) => c.signDecompress(packed, dst, options),
+    topK: (src, n, options) => c.topK(src, n, options),
+    scatterAdd: (dst, sparse) => c.scatterAdd(dst, sparse),
+    divide: (dst, divisor) => k.divide(dst, divisor),
+    axpy: (y, x, options) => k.axpy(y, x, options),
+    scale: (x, alpha) => k.scale(x, alpha),
+    matmul: (a, b, options) => k.matmul(a, b, options),
+  };
+}
+
+/**
+ * Scratch of compressed all-reduces: the i-th buffer a call takes is the i-th of the previous call's,
+ * grown if it must be, so a steady training loop allocates nothing. Shared, since the collectives it feeds
+ * take regions of SharedArrayBuffers; zeroed on every take.
+ */
+class CompressedScratch {
+  #buffers: SharedArrayBuffer[];
+  #next = 0;
+
+  constructor(buffers: SharedArrayBuffer[]) {
+    this.#buffers = buffers;
+  }
+
+  take(bytes: number): Uint8Array {
+    const i = this.#next++;
+    let buf = this.#buffers[i];
+    if (buf === undefined || buf.byteLength < bytes) {
+      buf = this.#buffers[i] = new SharedArrayBuffer(Math.max(16, bytes, (buf?.byteLength ?? 0) * 2));
+    }
+    const out = new Uint8Array(buf, 0, bytes);
+    out.fill(0);
+    return out;
+  }
 }

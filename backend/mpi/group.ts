@@ -47,7 +47,14 @@
  * @module
  */
 import { checkGroupRanks } from "../_checks.ts";
-import { type CallRecord, type Collective, GroupFront, narrowUnsupported, VERB } from "../_front.ts";
+import {
+  type CallRecord,
+  type Collective,
+  compressionUnsupported,
+  GroupFront,
+  narrowUnsupported,
+  VERB,
+} from "../_front.ts";
 import type { DType, TypedArray } from "../../core/dtype.ts";
 import { DistError, MismatchError, UnsupportedError } from "../../core/errors.ts";
 import {
@@ -217,6 +224,7 @@ export class MpiProcessGroup extends GroupFront {
    */
   protected execute(call: CallRecord): Work {
     if (call.commDtype !== undefined) throw narrowUnsupported("mpi");
+    if (call.compression !== undefined) throw compressionUnsupported("mpi");
     switch (call.collective) {
       case "allReduce":
       case "broadcast":

@@ -87,9 +87,23 @@ gatedTest("the cpu, mpi and nccl groups refuse the same bad calls with the same 
   const nccl = await answers("nccl");
   for (const [backend, a] of [["cpu", cpu], ["mpi", mpi], ["nccl", nccl]] as const) checkShapes(a, backend);
   // Word for word, but for the algorithms each backend runs.
-  const { algorithm: a1, commDtype: c1, ...cpuRest } = cpu.errors;
-  const { algorithm: a2, commDtype: c2, ...mpiRest } = mpi.errors;
-  const { algorithm: a3, commDtype: c3, ...ncclRest } = nccl.errors;
+  const { algorithm: a1, commDtype: c1, compression: z1, ...cpuRest } = cpu.errors;
+  const { algorithm: a2, commDtype: c2, compression: z2, ...mpiRest } = mpi.errors;
+  const { algorithm: a3, commDtype: c3, compression: z3, ...ncclRest } = nccl.errors;
+  // So is compression, run on its communication thread; a bad one is refused alike by all three.
+  assert.equal(z1, "no error");
+  for (const [z, backend] of [[z2, "mpi"], [z3, "nccl"]]) {
+    assert.match(
+      z,
+      new RegExp(
+        `^UnsupportedError: Cannot all-reduce with compression: the ${backend} backend has no communication`,
+      ),
+    );
+  }
+  assert.match(
+    cpu.errors.compressionBad,
+    /^RangeError: Cannot all-reduce with compression: k must be an integer/,
+  );
   // A narrower wire dtype is the cpu backend's alone.
   assert.equal(c1, "no error");
   assert.match(

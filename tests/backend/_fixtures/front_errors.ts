@@ -76,6 +76,8 @@ const errors: Record<string, string> = {
   algorithm: await answer(() => pg.allReduce(f, { algorithm: "butterfly" })),
   commDtypeBad: await answer(() => pg.allReduce(f, { commDtype: "int8" })),
   commDtype: await answer(() => pg.allReduce(new Float32Array(4), { commDtype: "float16" })),
+  compressionBad: await answer(() => pg.allReduce(f, { compression: { codec: "topk", k: 0 } })),
+  compression: await answer(() => pg.allReduce(new Float32Array(4), { compression: { codec: "int8" } })),
 };
 await pg.close();
 const afterClose: Record<string, string> = {
