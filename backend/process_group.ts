@@ -160,8 +160,9 @@ export interface ReduceOptions extends CallOptions {
  * - `"topk"`: the `k` elements of largest magnitude of each rank, all-gathered and summed; `residual` for
  *   error feedback.
  * - `"powersgd"`: each of `matrices` as a rank-`rank` product P·Qᵀ (Vogels et al. 2019), warm-started from
- *   `q` (`Σ cols × min(rank, rows, cols)` float32s, the same on every rank at the first call, e.g. from one
- *   seed); the elements outside the matrices travel uncompressed; `residual` for error feedback.
+ *   `q` (Qᵀ of each matrix, `min(rank, rows, cols) × cols` float32s in order, the same on every rank at
+ *   the first call, e.g. from one seed); the elements outside the matrices travel uncompressed;
+ *   `residual` for error feedback.
  *
  * @example A 1-bit all-reduce with error feedback on a world of one
  * ```ts

@@ -156,7 +156,7 @@ export function matrixRank(m: MatrixSpan, rank: number): number {
 }
 
 /**
- * Sizes of PowerSGD's arrays: Q (`cols × r` per matrix, in order), P (`rows × r`), and the elements
+ * Sizes of PowerSGD's arrays: Q (kept as Qᵀ, `r × cols` per matrix, in order), P (`rows × r`), and the elements
  * outside the matrices, which travel uncompressed.
  *
  * @param count Elements of the tensor.
@@ -177,6 +177,22 @@ export function powerSgdSizes(
     covered += m.rows * m.cols;
   }
   return { q, p, uncompressed: count - covered };
+}
+
+/** The shape of a compressed all-reduce, for its cost. */
+export interface CompressedShape {
+  /** Ranks. */
+  readonly size: number;
+  /** Float32 elements of the tensor. */
+  readonly count: number;
+  /** Elements per scale (int8, sign). @default 256 */
+  readonly blockSize?: number;
+  /** Elements each rank sends (top-k). @default count / 100 */
+  readonly k?: number;
+  /** PowerSGD's rank. @default 2 */
+  readonly rank?: number;
+  /** PowerSGD's matrices. @default one square-ish matrix of the whole tensor */
+  readonly matrices?: readonly MatrixSpan[];
 }
 
 /** A Float32Array over `bytes`, which must be 4-byte aligned. */

@@ -14,8 +14,8 @@
  * average by (1/n)·Σ s_i(b)/2; the second quantisation adds s'(b)/2, s' the scale of the summed block;
  * plus float32 rounding of the sum. No error feedback: each step is unbiased to within the bound.
  *
- * Cost (`sim/compression.ts`): the all-to-all and all-gather of those bytes, plus the codec's passes over
- * the elements: quantise m, dequantise the n contributions to a chunk (m/n each), quantise the chunk,
+ * Cost ({@linkcode int8AllReduceCost}): the all-to-all and all-gather of those bytes (pairwise and ring
+ * over messages), plus the codec's passes over the elements: quantise m, dequantise the n contributions to a chunk (m/n each), quantise the chunk,
  * dequantise m: γ_int8 · m · (3 + 1/n).
  *
  * @module
@@ -25,9 +25,11 @@ import {
   chunkElements,
   type CompressedCall,
   type CompressedContext,
+  type CompressedShape,
   floats,
   lcm,
 } from "./_compressed.ts";
+import { type CostConstants, pairwiseAllToAllCost, ringAllGatherCost } from "../sim/cost_model.ts";
 
 /** Bytes of one chunk's message: its int8 values, then its scales. */
 function messageBytes(chunk: number, blockSize: number): number {
@@ -88,4 +90,25 @@ export async function int8AllReduce(ctx: CompressedContext, call: CompressedCall
     const [a, b] = chunkBounds(j, chunk, count);
     unpack(all, j * msg, tensor.subarray(a, b), false);
   }
+}
+
+/**
+ * The int8 all-reduce's predicted seconds over messages: a pairwise all-to-all and a ring all-gather of
+ * the quantised chunks, plus `computeSeconds` (the codec's passes, measured: `bench/compress.ts`).
+ *
+ * @param shape The call.
+ * @param constants The network's α, β (γ unused: the codec's sums are in `computeSeconds`).
+ * @param computeSeconds The kernels' time on one rank.
+ * @returns Seconds.
+ */
+export function int8AllReduceCost(
+  shape: CompressedShape,
+  constants: CostConstants,
+  computeSeconds = 0,
+): number {
+  const b = shape.blockSize ?? 256, n = shape.size;
+  const msg = messageBytes(chunkElements(shape.count, n, lcm(b, 4)), b);
+  const noReduce = { ...constants, gamma: 0 };
+  return pairwiseAllToAllCost({ size: n, bytes: n * msg }, noReduce) +
+    ringAllGatherCost({ size: n, bytes: n * msg }, noReduce) + computeSeconds;
 }

@@ -3,10 +3,10 @@
  * M (rows × cols) of the tensor, plus this rank's residual, is approximated by P·Qᵀ of rank r with one
  * step of subspace iteration warm-started from the previous step's Q:
  *
- * 1. P = M·Q on every rank, and the elements outside the matrices (biases) beside them: one sum
- *    all-reduce;
+ * 1. P = M·Q on every rank (Q kept as Qᵀ, `r × cols` per matrix), and the elements outside the matrices
+ *    (biases) beside them: one sum all-reduce;
  * 2. P's columns orthonormalised (modified Gram–Schmidt, the same bits on every rank);
- * 3. Q = Mᵀ·P, all-reduced and divided by n: Q is now Mᵀ·P averaged over the ranks;
+ * 3. Qᵀ = Pᵀ·M, all-reduced and divided by n: Q is now Mᵀ·P averaged over the ranks;
  * 4. the result P·Qᵀ, the same on every rank; the residual keeps M − P·Qᵀ (error feedback), and Q stays
  *    for the next step.
  *
@@ -17,25 +17,31 @@
  * the averages of the gradients minus mean_i e_i after step T, because P·Qᵀ = P·Pᵀ·mean_i(M_i) is the
  * same projection on every rank. Each step, ‖mean(M) − P·Qᵀ‖ ≤ ‖mean(M)‖ (P orthonormal).
  *
- * Cost (`sim/compression.ts`): the two all-reduces, plus three products of rows·cols·r multiply-adds per
- * matrix (P, Q, P·Qᵀ): γ_matmul · 6·r·Σ rows·cols flops.
+ * Cost ({@linkcode powerSgdAllReduceCost}): the two all-reduces (ring over messages), plus three products
+ * of rows·cols·r multiply-adds per matrix (P, Q, P·Qᵀ): γ_matmul · 6·r·Σ rows·cols flops.
  *
  * @module
  */
 import {
   type CompressedCall,
   type CompressedContext,
+  type CompressedShape,
   floats,
   matrixRank,
   type MatrixSpan,
   powerSgdSizes,
 } from "./_compressed.ts";
+import { type CostConstants, ringAllReduceCost } from "../sim/cost_model.ts";
 
 /** Keeps a zero column of P from becoming NaN (torch's `orthogonalization_epsilon`, but never 0). */
 const EPSILON = 1e-8;
 
 /**
  * Averages (or sums) `call.tensor` over the ranks, its matrices as rank-`call.rank` products.
+ *
+ * Layouts, row-major, chosen so that no product reads a gradient matrix transposed (each streams M by
+ * rows): P is `rows × r`; Q is kept as Qᵀ, `r × cols` per matrix, in `call.q`; Gram–Schmidt works on Pᵀ,
+ * whose rows are P's columns.
  *
  * @param ctx The context.
  * @param call The call (`rank`, `matrices`, `q`; `residual` for error feedback).
@@ -53,24 +59,24 @@ export async function powerSgdAllReduce(ctx: CompressedContext, call: Compressed
   if (residual !== undefined) { for (const m of matrices) k.axpy(view(residual, m), view(tensor, m)); }
   const source = residual ?? tensor;
 
-  // 1. [uncompressed | Pᵀ of each matrix], summed.
+  // 1. [uncompressed | P of each matrix], summed.
   const first = floats(ctx.scratch(4 * (sizes.uncompressed + sizes.p)));
   let at = 0;
   for (const [lo, hi] of gaps) {
     first.set(tensor.subarray(lo, hi), at);
     at += hi - lo;
   }
-  const pts: Float32Array[] = [], qs: Float32Array[] = [];
+  const ps: Float32Array[] = [], qts: Float32Array[] = [];
   let qAt = 0;
   for (const m of matrices) {
     const r = matrixRank(m, call.rank);
-    const pt = first.subarray(at, at + r * m.rows);
-    const qm = q.subarray(qAt, qAt + r * m.cols);
-    // Pᵀ (r × rows) = Qᵀ (r × cols) · Mᵀ (cols × rows): Q is stored cols × r, M rows × cols.
-    k.matmul(qm, view(source, m), { c: pt, m: r, k: m.cols, n: m.rows, transA: true, transB: true });
-    pts.push(pt);
-    qs.push(qm);
-    at += r * m.rows;
+    const p = first.subarray(at, at + m.rows * r);
+    const qt = q.subarray(qAt, qAt + r * m.cols);
+    // P (rows × r) = M (rows × cols) · Q (cols × r), Q given as Qᵀ (r × cols).
+    k.matmul(view(source, m), qt, { c: p, m: m.rows, k: m.cols, n: r, transB: true });
+    ps.push(p);
+    qts.push(qt);
+    at += m.rows * r;
     qAt += r * m.cols;
   }
   await ctx.allReduce(first);
@@ -82,31 +88,46 @@ export async function powerSgdAllReduce(ctx: CompressedContext, call: Compressed
     at += hi - lo;
   }
 
-  // 2. Orthonormal columns of P (rows of Pᵀ).
+  // 2. Orthonormal columns of P: on Pᵀ, whose rows they are, then back.
   const dot = floats(ctx.scratch(16), 0, 1);
-  for (let j = 0; j < matrices.length; j++) orthonormalize(k, pts[j], matrices[j].rows, dot);
+  const pts = matrices.map((m, j) => {
+    const r = matrixRank(m, call.rank);
+    const pt = floats(ctx.scratch(4 * r * m.rows));
+    transpose(ps[j], m.rows, r, pt);
+    orthonormalize(k, pt, m.rows, dot);
+    transpose(pt, r, m.rows, ps[j]);
+    return pt;
+  });
 
-  // 3. Q = Mᵀ · P, averaged.
+  // 3. Qᵀ (r × cols) = Pᵀ (r × rows) · M (rows × cols), averaged.
   const second = floats(ctx.scratch(4 * sizes.q));
   qAt = 0;
   for (let j = 0; j < matrices.length; j++) {
     const m = matrices[j], r = matrixRank(m, call.rank);
-    const out = second.subarray(qAt, qAt + r * m.cols);
-    // Q (cols × r) = Mᵀ (cols × rows) · P (rows × r): M is stored rows × cols, P as Pᵀ (r × rows).
-    k.matmul(view(source, m), pts[j], { c: out, m: m.cols, k: m.rows, n: r, transA: true, transB: true });
+    k.matmul(pts[j], view(source, m), {
+      c: second.subarray(qAt, qAt + r * m.cols),
+      m: r,
+      k: m.rows,
+      n: m.cols,
+    });
     qAt += r * m.cols;
   }
   await ctx.allReduce(second);
   if (call.average) k.divide(second, size);
   q.set(second);
 
-  // 4. The result P · Qᵀ (rows × cols), and what it missed stays in the residual.
+  // 4. The result P (rows × r) · Qᵀ (r × cols), and what it missed stays in the residual.
   for (let j = 0; j < matrices.length; j++) {
     const m = matrices[j], r = matrixRank(m, call.rank);
     const out = view(tensor, m);
-    k.matmul(pts[j], qs[j], { c: out, m: m.rows, k: r, n: m.cols, transA: true, transB: true });
+    k.matmul(ps[j], qts[j], { c: out, m: m.rows, k: r, n: m.cols });
     if (residual !== undefined) k.axpy(view(residual, m), out, { alpha: -1 });
   }
+}
+
+/** `out` (cols × rows) = the transpose of `a` (rows × cols): a rank-r panel, a few floats a row. */
+function transpose(a: Float32Array, rows: number, cols: number, out: Float32Array): void {
+  for (let i = 0; i < rows; i++) for (let j = 0; j < cols; j++) out[j * rows + i] = a[i * cols + j];
 }
 
 /** Modified Gram–Schmidt on the `r` rows (each `length` long) of `rows`. */
@@ -140,4 +161,27 @@ export function uncovered(count: number, matrices: readonly MatrixSpan[]): [numb
   }
   if (at < count) out.push([at, count]);
   return out;
+}
+
+/**
+ * PowerSGD's predicted seconds over messages: ring all-reduces of P (with the uncompressed elements) and
+ * of Q, plus `computeSeconds` (the products and the orthogonalisation, measured: `bench/compress.ts`).
+ * Without `shape.matrices`, the tensor is one matrix as square as its count allows.
+ *
+ * @param shape The call.
+ * @param constants The network's α, β, γ.
+ * @param computeSeconds The kernels' time on one rank.
+ * @returns Seconds.
+ */
+export function powerSgdAllReduceCost(
+  shape: CompressedShape,
+  constants: CostConstants,
+  computeSeconds = 0,
+): number {
+  const rows = 2 ** Math.round(Math.log2(Math.sqrt(shape.count)));
+  const matrices = shape.matrices ?? [{ offset: 0, rows, cols: Math.floor(shape.count / rows) }];
+  const sizes = powerSgdSizes(shape.count, matrices, shape.rank ?? 2);
+  const n = shape.size;
+  return ringAllReduceCost({ size: n, bytes: 4 * (sizes.uncompressed + sizes.p) }, constants) +
+    ringAllReduceCost({ size: n, bytes: 4 * sizes.q }, constants) + computeSeconds;
 }

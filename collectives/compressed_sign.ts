@@ -15,8 +15,8 @@
  * the gradients of steps 1..T minus (mean_i e_i + s) after step T. Without it (no residual arrays), each
  * step's loss is forgotten.
  *
- * Cost (`sim/compression.ts`): the all-to-all and all-gather of those bytes, plus the codec's passes over
- * the elements: compress m, decode the n contributions to a chunk (m/n each), compress the chunk, decode
+ * Cost ({@linkcode signAllReduceCost}): the all-to-all and all-gather of those bytes (pairwise and ring
+ * over messages), plus the codec's passes over the elements: compress m, decode the n contributions to a chunk (m/n each), compress the chunk, decode
  * m: γ_sign · m · (3 + 1/n).
  *
  * @module
@@ -26,9 +26,11 @@ import {
   chunkElements,
   type CompressedCall,
   type CompressedContext,
+  type CompressedShape,
   floats,
   lcm,
 } from "./_compressed.ts";
+import { type CostConstants, pairwiseAllToAllCost, ringAllGatherCost } from "../sim/cost_model.ts";
 
 /**
  * Averages (or sums) `call.tensor` over the ranks as signs and scales, with error feedback where
@@ -86,4 +88,26 @@ export async function signAllReduce(ctx: CompressedContext, call: CompressedCall
     const [a, b] = chunkBounds(j, chunk, count);
     unpack(all, j * msg, tensor.subarray(a, b), false);
   }
+}
+
+/**
+ * The 1-bit all-reduce's predicted seconds over messages: a pairwise all-to-all and a ring all-gather of
+ * the packed chunks, plus `computeSeconds` (the codec's passes, measured: `bench/compress.ts`).
+ *
+ * @param shape The call.
+ * @param constants The network's α, β.
+ * @param computeSeconds The kernels' time on one rank.
+ * @returns Seconds.
+ */
+export function signAllReduceCost(
+  shape: CompressedShape,
+  constants: CostConstants,
+  computeSeconds = 0,
+): number {
+  const b = shape.blockSize ?? 256, n = shape.size;
+  const chunk = chunkElements(shape.count, n, lcm(b, 32));
+  const msg = chunk / 8 + 4 * (chunk / b);
+  const noReduce = { ...constants, gamma: 0 };
+  return pairwiseAllToAllCost({ size: n, bytes: n * msg }, noReduce) +
+    ringAllGatherCost({ size: n, bytes: n * msg }, noReduce) + computeSeconds;
 }

@@ -12,12 +12,14 @@
  * gradients minus mean_i e_i after step T. Each step, element x is off the average of the ranks' g + e by
  * (1/n)·Σ over the ranks that did not pick x of |g + e|, each at most that rank's k-th largest magnitude.
  *
- * Cost (`sim/compression.ts`): the all-gather of 8k·n bytes, plus a selection pass over m (O(m), a
- * radix select) and the scatter-add of n·k pairs: γ_topk · m + γ_scatter · n·k.
+ * Cost ({@linkcode topKAllReduceCost}): the all-gather of 8k·n bytes (ring over messages), plus a
+ * selection pass over m (O(m), a radix select) and the scatter-add of n·k pairs: γ_topk · m +
+ * γ_scatter · n·k.
  *
  * @module
  */
-import type { CompressedCall, CompressedContext } from "./_compressed.ts";
+import type { CompressedCall, CompressedContext, CompressedShape } from "./_compressed.ts";
+import { type CostConstants, ringAllGatherCost } from "../sim/cost_model.ts";
 
 /**
  * Averages (or sums) `call.tensor` over the ranks from each rank's `call.k` largest elements, with error
@@ -47,4 +49,22 @@ export async function topKAllReduce(ctx: CompressedContext, call: CompressedCall
   tensor.fill(0);
   for (let i = 0; i < size; i++) kn.scatterAdd(tensor, pairs(all, i * msg));
   if (call.average) kn.divide(tensor, size);
+}
+
+/**
+ * The top-k all-reduce's predicted seconds over messages: a ring all-gather of every rank's k pairs, plus
+ * `computeSeconds` (selection and scatter-add, measured: `bench/compress.ts`).
+ *
+ * @param shape The call.
+ * @param constants The network's α, β.
+ * @param computeSeconds The kernels' time on one rank.
+ * @returns Seconds.
+ */
+export function topKAllReduceCost(
+  shape: CompressedShape,
+  constants: CostConstants,
+  computeSeconds = 0,
+): number {
+  const k = shape.k ?? Math.max(1, Math.round(shape.count / 100));
+  return ringAllGatherCost({ size: shape.size, bytes: shape.size * 8 * k }, constants) + computeSeconds;
 }

@@ -280,10 +280,10 @@ export {
   type MatrixSpan,
   powerSgdSizes,
 } from "./_compressed.ts";
-export { int8AllReduce } from "./compressed_int8.ts";
-export { signAllReduce } from "./compressed_sign.ts";
-export { topKAllReduce } from "./compressed_topk.ts";
-export { powerSgdAllReduce } from "./compressed_powersgd.ts";
+export { int8AllReduce, int8AllReduceCost } from "./compressed_int8.ts";
+export { signAllReduce, signAllReduceCost } from "./compressed_sign.ts";
+export { topKAllReduce, topKAllReduceCost } from "./compressed_topk.ts";
+export { powerSgdAllReduce, powerSgdAllReduceCost } from "./compressed_powersgd.ts";
 
 import type { Codec, CompressedCall, CompressedContext } from "./_compressed.ts";
 import { int8AllReduce } from "./compressed_int8.ts";

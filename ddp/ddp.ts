@@ -49,6 +49,13 @@ export interface DdpOptions<T extends TypedArray = TypedArray> {
   findUnusedParameters?: boolean;
   /** The dtype of `Uint16Array` parameters (`"float16"` or `"bfloat16"`). @default none: required for them */
   dtype?: DType;
+  /**
+   * The shape of each parameter (row-major; its product the parameter's length), or undefined for one
+   * without: hooks that work on matrices (`powerSgdHook`) see a `[rows, ...rest]` parameter as
+   * `rows × product(rest)`, and send the others uncompressed.
+   * @default none
+   */
+  shapes?: readonly (readonly number[] | undefined)[];
 }
 
 /** A bucket's layout. */
@@ -93,6 +100,8 @@ export interface StepReport {
 
 interface Bucket {
   readonly info: BucketInfo;
+  /** Where each of `info.params` starts in the buffer. */
+  readonly offsets: readonly number[];
   /** The flat gradients. */
   readonly buffer: TypedArray;
   /** Gradients not yet ready this step. */
@@ -135,6 +144,7 @@ export class DistributedDataParallel<T extends TypedArray = TypedArray> {
   /** The hook that averages each bucket. */
   readonly hook: CommHook;
   #buckets: Bucket[];
+  #shapes: readonly (readonly number[] | undefined)[];
   /** For each parameter: its bucket and its offset there. */
   #where: { bucket: number; offset: number }[];
   #viewGrads: boolean;
@@ -164,6 +174,7 @@ export class DistributedDataParallel<T extends TypedArray = TypedArray> {
       return new View(buffer.buffer, buffer.byteOffset + offset * buffer.BYTES_PER_ELEMENT, p.length);
     });
     this.hook = options.hook ?? allReduceHook();
+    this.#shapes = options.shapes ?? [];
     this.#ready = params.map(() => false);
     this.#findUnused = options.findUnusedParameters ?? false;
   }
@@ -210,6 +221,26 @@ export class DistributedDataParallel<T extends TypedArray = TypedArray> {
               params[i].constructor.name
             } of ` +
               `${params[i].length} elements like its parameter, found ${describe(g)}`,
+          );
+        }
+      });
+    }
+    const shapes = options.shapes;
+    if (shapes !== undefined) {
+      if (!Array.isArray(shapes) || shapes.length !== params.length) {
+        throw new TypeError(
+          `Cannot create DistributedDataParallel: expected ${params.length} shapes (one per parameter, or ` +
+            `undefined), found ${describe(shapes)}`,
+        );
+      }
+      shapes.forEach((shape, i) => {
+        if (shape === undefined) return;
+        const ok = Array.isArray(shape) && shape.every((d) => Number.isInteger(d) && d >= 1) &&
+          shape.reduce((a, b) => a * b, 1) === params[i].length;
+        if (!ok) {
+          throw new TypeError(
+            `Cannot create DistributedDataParallel: shape ${i} must be positive integers whose product is ` +
+              `parameter ${i}'s ${params[i].length} elements, found ${JSON.stringify(shape)}`,
           );
         }
       });
@@ -394,6 +425,8 @@ export class DistributedDataParallel<T extends TypedArray = TypedArray> {
         buffer: b.buffer,
         dtype: b.info.dtype,
         params: b.info.params,
+        offsets: b.offsets,
+        shapes: b.info.params.map((i) => this.#shapes[i]),
       });
       // A failure is seen by synchronize(); until then it must not count as unhandled.
       b.running.catch(() => {});
@@ -470,6 +503,7 @@ function assignBuckets(
       where[i] = { bucket: index, offset: at };
       at += params[i].length;
     }
+    const offsets = g.params.map((i) => where[i].offset);
     const info: BucketInfo = {
       index,
       params: g.params,
@@ -479,6 +513,7 @@ function assignBuckets(
     };
     return {
       info,
+      offsets,
       buffer: alloc(g.count, g.dtype),
       pending: g.params.length,
       launchedAt: 0,

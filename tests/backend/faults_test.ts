@@ -78,14 +78,28 @@ function shmObjects(): string[] {
   return [...Deno.readDirSync("/dev/shm")].map((e) => e.name).filter((n) => n.startsWith("dcomm-")).sort();
 }
 
-const KILLED = [["tcp", "16 MiB"], ["shm", "16 MiB"], ["shm", "1 KiB"], ["tcp", "DDP buckets"], [
-  "shm",
-  "DDP buckets",
-]];
+const KILLED = [
+  ["tcp", "16 MiB"],
+  ["shm", "16 MiB"],
+  ["shm", "1 KiB"],
+  ["tcp", "DDP buckets"],
+  [
+    "shm",
+    "DDP buckets",
+  ],
+  ["shm", "DDP 1-bit buckets"],
+  ["tcp", "DDP 1-bit buckets"],
+];
 for (const [transport, size] of KILLED) {
   Deno.test(`a rank killed mid-collective makes every other rank fail within seconds (${transport}, ${size})`, async () => {
     const before = shmObjects();
-    const variant = size === "1 KiB" ? "small" : size === "DDP buckets" ? "ddp" : "big";
+    const variant = size === "1 KiB"
+      ? "small"
+      : size === "DDP buckets"
+      ? "ddp"
+      : size === "DDP 1-bit buckets"
+      ? "ddp-1bit"
+      : "big";
     const ranks = await start(4, ["loop", variant], {
       DCOMM_TRANSPORT: transport,
     });

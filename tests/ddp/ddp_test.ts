@@ -140,3 +140,62 @@ Deno.test("ranks whose buckets differ fail on every rank, one naming both calls"
     /Mismatched calls: rank \d called allReduce\(\d+ × float32.* but rank \d called allReduce\(\d+ × float32/,
   );
 });
+
+for (const ranks of [2, 3, 4]) {
+  Deno.test(`${ranks} ranks: every hook through DDP, within its bound, error feedback carried, state restored from a checkpoint`, async () => {
+    const results = await run(ranks, "hooks") as Record<string, {
+      failures: string[];
+      identity?: number;
+      restored: boolean;
+      codecs: (string | undefined)[];
+      stateful: boolean;
+    }>[];
+    for (const r of results) {
+      for (const [name, h] of Object.entries(r)) {
+        assert.deepEqual(h.failures, [], `${name}: ${h.failures.join("; ")}`);
+        assert.equal(h.restored, true, `${name}: the loaded state reproduces the next step`);
+        if (["1bit", "topk", "powersgd"].includes(name)) {
+          assert.ok(h.stateful, `${name} keeps state`);
+          assert.ok((h.identity as number) < 1e-5, `${name}: Σ out + residuals off Σ avg by ${h.identity}`);
+        }
+        // float32 buckets are compressed with the hook's codec; the float16 bucket is not.
+        const codec = { int8: "int8", "1bit": "sign", topk: "topk", powersgd: "powersgd" }[name];
+        assert.ok(h.codecs.includes(codec), `${name}: ${h.codecs}`);
+        assert.ok(h.codecs.includes(undefined), `${name}: the float16 bucket goes uncompressed`);
+      }
+    }
+  });
+}
+
+Deno.test("ranks whose DDP hooks differ fail every rank, naming both calls", async () => {
+  const results = await run(3, "hook-mismatch") as { caught: string; mismatch?: boolean }[];
+  for (const r of results) assert.notEqual(r.caught, "no error");
+  const detail = results.find((r) => r.mismatch);
+  assert.ok(detail, results.map((r) => r.caught).join("\n"));
+  assert.match(detail.caught, /codec sign/);
+  assert.match(detail.caught, /codec int8/);
+});
+
+Deno.test("a hook's state from another hook, or for other buckets, is refused naming it", async () => {
+  await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+  const { signCompressHook, topKHook } = await import("../../ddp/mod.ts");
+  const sign = signCompressHook();
+  await using ddp = await DistributedDataParallel.create(pg, [new Float32Array(100)], { hook: sign });
+  ddp.gradReady(0);
+  await ddp.synchronize();
+  assert.throws(
+    () => topKHook().load(sign.state()),
+    /Cannot load the topk hook's state: expected the state\(\) of a topk hook, found the state of "1bit"/,
+  );
+  const other = signCompressHook();
+  other.load({
+    hook: "1bit",
+    buckets: [{ index: 0, residual: new Float32Array(7), serverResidual: new Float32Array(7) }],
+  });
+  await using ddp2 = await DistributedDataParallel.create(pg, [new Float32Array(100)], { hook: other });
+  ddp2.gradReady(0);
+  await assert.rejects(
+    () => ddp2.synchronize(),
+    /The 1bit hook's residual of bucket 0 has 7 elements, expected 100/,
+  );
+});

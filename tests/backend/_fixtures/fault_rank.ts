@@ -2,7 +2,7 @@
  * A rank of the fault tests, started directly (not by the launcher, which would stop the others itself).
  * Modes (first argument):
  * - `loop`: all-reduce 16 MiB forever (1 KiB with a second argument `small`; DistributedDataParallel
- *   steps of three buckets with `ddp`), printing `STARTED` once; the test kills one rank.
+ *   steps of three buckets with `ddp`, the same through the 1-bit hook with `ddp-1bit`), printing `STARTED` once; the test kills one rank.
  * - `mismatch`: rank 1 makes a different call than the others (second argument: count | op | dtype |
  *   collective | algorithm | root | reduceRoot; rootEach: every rank names another root), with algorithm `FAULT_ALGORITHM` (default "ring"; "auto" runs
  *   through the host segment over shared memory).
@@ -10,17 +10,22 @@
  * Every rank prints `FAILED <name> <ms> <message>` when its call fails, or `DONE`.
  */
 import { init } from "../../../backend/init.ts";
-import { DistributedDataParallel } from "../../../ddp/mod.ts";
+import { DistributedDataParallel, signCompressHook } from "../../../ddp/mod.ts";
 
 const [mode, variant = "count"] = Deno.args;
 const algorithm = Deno.env.get("FAULT_ALGORITHM") ?? "ring";
 const pg = await init({ timeoutMs: Number(Deno.env.get("FAULT_TIMEOUT_MS") ?? 60_000) });
 const t0 = performance.now();
 try {
-  if (mode === "loop" && variant === "ddp") {
-    // DistributedDataParallel steps forever: three buckets, launched as the "backward pass" marks them.
+  if (mode === "loop" && (variant === "ddp" || variant === "ddp-1bit")) {
+    // DistributedDataParallel steps forever: three buckets, launched as the "backward pass" marks them
+    // (with `ddp-1bit`, each compressed on the communication thread by the 1-bit hook).
     const params = [new Float32Array(2 << 20), new Float32Array(1 << 20), new Float32Array(1024)];
-    const ddp = await DistributedDataParallel.create(pg, params, { bucketMb: 4, firstBucketMb: 0.001 });
+    const ddp = await DistributedDataParallel.create(pg, params, {
+      bucketMb: 4,
+      firstBucketMb: 0.001,
+      hook: variant === "ddp-1bit" ? signCompressHook() : undefined,
+    });
     for (let step = 0;; step++) {
       for (const i of [2, 1, 0]) {
         ddp.grads[i].fill(1);

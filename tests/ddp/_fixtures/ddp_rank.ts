@@ -4,7 +4,16 @@
  * ranks' gradients itself and compare.
  */
 import type { ProcessGroup } from "../../../backend/process_group.ts";
-import { DistributedDataParallel } from "../../../ddp/mod.ts";
+import {
+  allReduceHook,
+  type CommHook,
+  DistributedDataParallel,
+  fp16CompressHook,
+  int8CompressHook,
+  powerSgdHook,
+  signCompressHook,
+  topKHook,
+} from "../../../ddp/mod.ts";
 import { DistError, MismatchError } from "../../../core/errors.ts";
 
 /** Parameter lengths of the model the scenarios train: 5 "layers", the last ones small. */
@@ -218,5 +227,186 @@ export async function main(pg: ProcessGroup, ctx: { args: unknown }): Promise<un
       return { caught: errorText(e), mismatch: e instanceof MismatchError, dist: e instanceof DistError };
     }
   }
+  if (scenario === "hooks") return await hooks(pg);
+  if (scenario === "hook-mismatch") {
+    // Rank 1 compresses with int8 where the others use 1-bit: the first stage's descriptors differ.
+    try {
+      await using ddp = await DistributedDataParallel.create(pg, [new Float32Array(5000)], {
+        hook: pg.rank === 1 ? int8CompressHook() : signCompressHook(),
+      });
+      ddp.gradReady(0);
+      await ddp.synchronize();
+      return { caught: "no error" };
+    } catch (e) {
+      return { caught: errorText(e), mismatch: e instanceof MismatchError };
+    }
+  }
   throw new Error(`unknown scenario ${scenario}`);
+}
+
+/** Rank r's float32 gradient of parameter i at step s: seeded, structured, the same on every rank. */
+function noisyGrad(r: number, i: number, n: number, s: number): Float32Array {
+  const g = new Float32Array(n);
+  let x = (r * 7919 + i * 104_729 + s * 1_299_709 + 1) >>> 0;
+  for (let j = 0; j < n; j++) {
+    x = (Math.imul(x, 1_664_525) + 1_013_904_223) >>> 0;
+    g[j] = Math.fround((x / 2 ** 32 - 0.5) + Math.sin(j * 0.05 + s + i));
+  }
+  return g;
+}
+
+/**
+ * Every hook through DDP on a model of two matrices and two vectors (shapes given, for PowerSGD) and a
+ * float16 vector: per hook, 4 steps; the float32 gradients checked against the float64 averages (exact for
+ * `allreduce` over a power of two ranks, within the int8 bound, and for the hooks with error feedback the
+ * identity Σ out + mean(residuals) = Σ avg read back through `hook.state()`); the float16 parameter
+ * averaged uncompressed by every hook; and a checkpoint: a second hook loading the first one's state after
+ * step 3 gives the same step 4 bit for bit.
+ */
+async function hooks(pg: ProcessGroup): Promise<unknown> {
+  const n = pg.size;
+  const lengths = [48 * 40, 40, 40 * 10, 10];
+  const shapes = [[48, 40], undefined, [40, 10], undefined, undefined];
+  const makers: Record<string, () => CommHook> = {
+    allreduce: allReduceHook,
+    fp16: fp16CompressHook,
+    int8: () => int8CompressHook({ blockSize: 64 }),
+    "1bit": () => signCompressHook({ blockSize: 64 }),
+    topk: () => topKHook({ ratio: 0.05 }),
+    powersgd: () => powerSgdHook({ rank: 2, minCompressionRate: 1 }),
+  };
+  const out: Record<string, unknown> = {};
+  for (const [name, make] of Object.entries(makers)) {
+    const params: (Float32Array | Uint16Array)[] = lengths.map((len) => new Float32Array(len));
+    params.push(new Uint16Array(64));
+    const hook = make();
+    await using ddp = await DistributedDataParallel.create(pg, params, {
+      hook,
+      dtype: "float16",
+      shapes,
+      bucketMb: 0.005,
+      firstBucketMb: 0.002,
+    });
+    const failures: string[] = [];
+    const sumOut = lengths.map((len) => new Float64Array(len));
+    const sumAvg = lengths.map((len) => new Float64Array(len));
+    let saved: unknown;
+    let codecs: (string | undefined)[] = [];
+    let lastStep: Float32Array[] = [];
+    for (let s = 0; s < 4; s++) {
+      for (const [i, len] of lengths.entries()) {
+        (ddp.grads[i] as Float32Array).set(noisyGrad(pg.rank, i, len, s));
+      }
+      // float16 ones: 1.5 on rank 0, 0.5 elsewhere, exact in float16.
+      (ddp.grads[4] as Uint16Array).fill(pg.rank === 0 ? 0x3e00 : 0x3800);
+      for (let i = params.length - 1; i >= 0; i--) ddp.gradReady(i);
+      const step = await ddp.synchronize();
+      codecs = step.buckets.map((b) => b.hook.codec);
+      const half = (ddp.grads[4] as Uint16Array)[0];
+      const expectHalf = (1.5 + 0.5 * (n - 1)) / n;
+      if (Math.abs(halfToFloat(half) - expectHalf) > 1e-3) {
+        failures.push(`float16 average ${halfToFloat(half)}`);
+      }
+      for (const [i, len] of lengths.entries()) {
+        const g = ddp.grads[i] as Float32Array;
+        const avg = new Float64Array(len);
+        for (let r = 0; r < n; r++) {
+          const gr = noisyGrad(r, i, len, s);
+          for (let j = 0; j < len; j++) avg[j] += gr[j] / n;
+        }
+        for (let j = 0; j < len; j++) {
+          sumOut[i][j] += g[j];
+          sumAvg[i][j] += avg[j];
+        }
+        if (name === "allreduce" || name === "fp16") {
+          // |g| < 1.5, partial sums < 2: n − 1 additions (and for fp16 n casts), each rounding by at most
+          // half an ulp below 2 (2^-23 in float32, 2^-10 in float16), and the division's.
+          const tol = name === "fp16" ? 2 * n * 2 ** -11 : n * 2 ** -22;
+          for (let j = 0; j < len; j++) {
+            if (Math.abs(g[j] - avg[j]) > tol) {
+              failures.push(`${name} param ${i}[${j}]: ${g[j]} vs ${avg[j]}`);
+              break;
+            }
+          }
+        }
+        if (name === "int8") {
+          // Blocks of 64 are aligned to the bucket and may span parameters: the bound takes the absolute
+          // max over every float32 gradient of every rank (looser than the per-block one, still derived):
+          // half a step of each contribution, averaged, plus half a step of the result's.
+          let amax = 0, avgMax = 0;
+          for (let r = 0; r < n; r++) {
+            for (const [i2, len2] of lengths.entries()) {
+              for (const v of noisyGrad(r, i2, len2, s)) amax = Math.max(amax, Math.abs(v));
+            }
+          }
+          for (const v of avg) avgMax = Math.max(avgMax, Math.abs(v));
+          const first = amax / 127 / 2, bound = first + (avgMax + first) / 127 / 2 + 1e-6;
+          for (let j = 0; j < len; j++) {
+            if (Math.abs(g[j] - avg[j]) > bound) {
+              failures.push(`int8 param ${i}[${j}]: ${g[j]} vs ${avg[j]} > ${bound}`);
+              break;
+            }
+          }
+        }
+      }
+      if (s === 2) saved = hook.state();
+      if (s === 3) lastStep = lengths.map((_, i) => (ddp.grads[i] as Float32Array).slice());
+    }
+    // Error feedback: Σ out + mean_i(residual_i) (+ the servers' residuals) = Σ avg, to float32 rounding.
+    let identity: number | undefined;
+    const state = hook.state() as {
+      buckets: { index: number; residual?: Float32Array; serverResidual?: Float32Array }[];
+    } | undefined;
+    if (state && state.buckets.some((b) => b.residual)) {
+      let worst = 0;
+      for (const b of state.buckets) {
+        const info = ddp.buckets[b.index];
+        if (info.dtype !== "float32") continue;
+        const residual = b.residual?.slice() ?? new Float32Array(info.count);
+        await pg.allReduce(residual, { op: "avg" });
+        const server = b.serverResidual?.slice() ?? new Float32Array(info.count);
+        await pg.allReduce(server, { op: "sum" });
+        let at = 0;
+        for (const i of info.params) {
+          for (let j = 0; j < lengths[i]; j++) {
+            const left = sumOut[i][j] + residual[at + j] + server[at + j];
+            worst = Math.max(worst, Math.abs(left - sumAvg[i][j]) / (1 + Math.abs(sumAvg[i][j])));
+          }
+          at += lengths[i];
+        }
+      }
+      identity = worst;
+    }
+    // A checkpoint: a new hook loaded with the state after step 3 reproduces step 4.
+    let restored = true;
+    if (saved !== undefined) {
+      const again = make();
+      again.load(saved);
+      const params2: (Float32Array | Uint16Array)[] = lengths.map((len) => new Float32Array(len));
+      params2.push(new Uint16Array(64));
+      await using ddp2 = await DistributedDataParallel.create(pg, params2, {
+        hook: again,
+        dtype: "float16",
+        shapes,
+        bucketMb: 0.005,
+        firstBucketMb: 0.002,
+      });
+      for (const [i, len] of lengths.entries()) {
+        (ddp2.grads[i] as Float32Array).set(noisyGrad(pg.rank, i, len, 3));
+      }
+      for (let i = params2.length - 1; i >= 0; i--) ddp2.gradReady(i);
+      await ddp2.synchronize();
+      restored = lengths.every((_, i) =>
+        (ddp2.grads[i] as Float32Array).every((v, j) => Object.is(v, lastStep[i][j]))
+      );
+    }
+    out[name] = { failures, identity, restored, codecs, stateful: saved !== undefined };
+  }
+  return out;
+}
+
+function halfToFloat(h: number): number {
+  const e = (h >> 10) & 31, m = h & 1023, sign = h & 0x8000 ? -1 : 1;
+  if (e === 0) return sign * m * 2 ** -24;
+  return sign * (1 + m / 1024) * 2 ** (e - 15);
 }
