@@ -43,6 +43,7 @@ export type {
   AllocOptions,
   AnyTensor,
   CallOptions,
+  Compression,
   DeviceTensor,
   GroupOptions,
   ProcessGroup,
