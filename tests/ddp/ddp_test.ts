@@ -199,3 +199,18 @@ Deno.test("a hook's state from another hook, or for other buckets, is refused na
     /The 1bit hook's residual of bucket 0 has 7 elements, expected 100/,
   );
 });
+
+Deno.test("the hooks load no kernels on the training thread: ddp/ reaches no wasm/ module", async () => {
+  // The codecs run in the communication thread's engine; what the training thread imports of ddp/ is the
+  // process group's interface alone (deno info lists every module the import graph reaches).
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["info", "--json", new URL("../../ddp/mod.ts", import.meta.url).pathname],
+    stdout: "piped",
+  }).output();
+  assert.equal(out.code, 0);
+  const modules = (JSON.parse(new TextDecoder().decode(out.stdout)) as { modules: { specifier: string }[] })
+    .modules
+    .map((m) => m.specifier);
+  assert.ok(modules.some((m) => m.endsWith("/ddp/hooks.ts")), modules.join("\n"));
+  assert.deepEqual(modules.filter((m) => /\/(wasm|collectives)\//.test(m)), []);
+});
