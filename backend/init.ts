@@ -40,8 +40,12 @@ export interface InitOptions {
   worldSize?: number;
   /** Default timeout of every wait: connecting, store calls and collectives. @default 300000 */
   timeoutMs?: number;
-  /** The CPU transport: `"auto"` (shared memory when all ranks share this host, else TCP), `"tcp"`, `"shm"`, `"inproc"`. @default "auto" */
-  transport?: "auto" | "tcp" | "shm" | "inproc";
+  /**
+   * The CPU transport: `"auto"` (shared memory when all ranks share this host; shared memory within hosts
+   * and TCP between them, `"hybrid"`, when some host runs several ranks; else TCP), `"tcp"`, `"shm"`,
+   * `"hybrid"`, `"inproc"`. @default "auto"
+   */
+  transport?: "auto" | "tcp" | "shm" | "hybrid" | "inproc";
   /** The mesh of an in-process world (see `spawnThreads`); implies transport `"inproc"`. */
   inprocMesh?: unknown;
   /** The store's shared secret. @default the DCOMM_STORE_SECRET environment variable */

@@ -31,6 +31,7 @@ import {
   doubleTreeAllReduceCost,
   halvingDoublingAllReduceCost,
   halvingReduceScatterCost,
+  hierarchicalAllReduceCost,
   pairwiseAllToAllCost,
   psAllReduceCost,
   recursiveDoublingAllGatherCost,
@@ -53,6 +54,7 @@ import { directAllReduce } from "./direct_allreduce.ts";
 import { disseminationBarrier } from "./dissemination_barrier.ts";
 import { halvingDoublingAllReduce } from "./halving_doubling_allreduce.ts";
 import { halvingReduceScatter } from "./halving_reduce_scatter.ts";
+import { hierarchicalAllReduce } from "./hierarchical_allreduce.ts";
 import { pairwiseAllToAll } from "./pairwise_alltoall.ts";
 import { psAllReduce } from "./ps_allreduce.ts";
 import { recursiveDoublingAllGather } from "./recursive_doubling_allgather.ts";
@@ -195,6 +197,14 @@ export const ALGORITHM_DESCRIPTORS = Object.freeze(
       run: ringAllReduce,
       cost: ringAllReduceCost,
       summary: "Ring: a pipelined reduce-scatter then all-gather, bandwidth-optimal",
+    },
+    {
+      name: "hierarchical",
+      collective: "allReduce",
+      kind: "messages",
+      run: hierarchicalAllReduce,
+      cost: hierarchicalAllReduceCost,
+      summary: "Hierarchical: within hosts first (2D shards, or one leader per host), then across hosts",
     },
     {
       name: "halving-doubling",

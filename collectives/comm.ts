@@ -41,4 +41,9 @@ export interface CollectiveContext {
   scratch(bytes: number): Uint8Array;
   /** The largest message an algorithm should send at once when it pipelines (bytes). */
   readonly chunkBytes: number;
+  /**
+   * The host of each group rank (equal numbers share a host), for topology-aware algorithms; undefined
+   * where unknown (then every rank counts as its own host).
+   */
+  readonly hosts?: readonly number[];
 }

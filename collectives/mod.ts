@@ -91,6 +91,7 @@ export { directAllReduce } from "./direct_allreduce.ts";
 export { disseminationBarrier } from "./dissemination_barrier.ts";
 export { halvingDoublingAllReduce } from "./halving_doubling_allreduce.ts";
 export { halvingReduceScatter } from "./halving_reduce_scatter.ts";
+export { hierarchicalAllReduce, hostGroups, subComm } from "./hierarchical_allreduce.ts";
 export { pairwiseAllToAll } from "./pairwise_alltoall.ts";
 export { psAllReduce, type PsAllReduceOptions } from "./ps_allreduce.ts";
 export { recursiveDoublingAllGather } from "./recursive_doubling_allgather.ts";
@@ -228,6 +229,10 @@ export interface ChooseOptions {
   servers?: number;
   /** Whether the group's ranks share a host segment (`"segment"` is then the choice). @default false */
   segment?: boolean;
+  /** The host of each rank, for the topology-aware algorithms (`constants` are then between hosts). */
+  hosts?: readonly number[];
+  /** The constants within a host, with `hosts`. @default `constants` */
+  intra?: CostConstants;
 }
 
 /** Costs within this relative margin count as equal, so that rounding never overrides preference. */
@@ -253,13 +258,13 @@ export function chooseAlgorithm<C extends Collective>(
   collective: C,
   options: ChooseOptions,
 ): AlgorithmName[C] {
-  const { bytes, size, constants, chunkBytes, servers } = options;
+  const { bytes, size, constants, chunkBytes, servers, hosts, intra } = options;
   if (options.segment) return "segment" as AlgorithmName[C];
   let best: AlgorithmName[C] | undefined;
   let bestCost = Infinity;
   for (const d of BY_COLLECTIVE[collective]) {
     if (d.kind === "segment") continue;
-    const cost = d.cost({ size, bytes, chunkBytes, servers }, constants);
+    const cost = d.cost({ size, bytes, chunkBytes, servers, hosts, intra }, constants);
     if (best === undefined || cost < bestCost * (1 - TIE)) {
       best = d.name as AlgorithmName[C];
       bestCost = cost;

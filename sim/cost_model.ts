@@ -49,6 +49,14 @@ export interface CostShape {
   readonly chunkBytes?: number;
   /** Parameter servers for the `ps` all-reduce. @default size */
   readonly servers?: number;
+  /**
+   * The host of each rank (equal numbers share a host), for the topology-aware algorithms; the constants
+   * passed are then those of the links between hosts.
+   * @default every rank its own host
+   */
+  readonly hosts?: readonly number[];
+  /** The constants within a host, with `hosts`. @default the constants between hosts */
+  readonly intra?: CostConstants;
 }
 
 /** A model of one algorithm: predicted seconds for a call shape and constants. */
@@ -193,6 +201,46 @@ export function directAllReduceCost(shape: CostShape, constants: CostConstants):
   if (n === 1 || m === 0) return 0;
   const { alpha, beta, gamma } = constants;
   return (n - 1) * msgs(m, chunk) * alpha + (n - 1) * m * beta + (n - 1) * m * gamma;
+}
+
+/**
+ * Hierarchical all-reduce (`collectives/hierarchical_allreduce.ts`), H hosts, L_h ranks on host h. With
+ * the same L on every host, the 2D scheme: an intra-host ring reduce-scatter and all-gather
+ * (`2(L−1)·α_i + 2·(L−1)/L·m·β_i + (L−1)/L·m·γ`) and, between, a ring all-reduce of each rank's shard among
+ * the H ranks of its index, the L shards of a host sharing its link (`β·L` each):
+ * `2(H−1)·k·α + 2·(H−1)/H·m·β + (H−1)/H·(m/L)·γ`. With uneven hosts, the leaders' scheme: an intra-host
+ * binomial reduce and broadcast on the largest host, and a ring all-reduce of m among the H leaders. Without
+ * hosts (or one host, or one rank per host) it is the ring's cost.
+ */
+export function hierarchicalAllReduceCost(shape: CostShape, constants: CostConstants): number {
+  const { n, m, chunk } = unpack(shape);
+  if (n === 1 || m === 0) return 0;
+  const counts = hostCounts(shape.hosts, n);
+  const H = counts.length, L = Math.max(...counts);
+  if (H === 1 || L === 1) return ringAllReduceCost(shape, constants);
+  const intra = shape.intra ?? constants;
+  if (counts.every((c) => c === L)) {
+    const within = 2 * (L - 1) * intra.alpha + 2 * ((L - 1) / L) * m * intra.beta +
+      ((L - 1) / L) * m * intra.gamma;
+    const shard = m / L;
+    const across = ringAllReduceCost({ size: H, bytes: shard, chunkBytes: chunk }, {
+      alpha: constants.alpha,
+      beta: constants.beta * L,
+      gamma: constants.gamma,
+    });
+    return within + across;
+  }
+  return binomialReduceCost({ size: L, bytes: m, chunkBytes: chunk }, intra) +
+    ringAllReduceCost({ size: H, bytes: m, chunkBytes: chunk }, constants) +
+    binomialBroadcastCost({ size: L, bytes: m, chunkBytes: chunk }, intra);
+}
+
+/** Ranks per host, by host (in order of first appearance); every rank its own host without a map. */
+function hostCounts(hosts: readonly number[] | undefined, n: number): number[] {
+  if (hosts === undefined) return new Array(n).fill(1);
+  const count = new Map<number, number>();
+  for (const h of hosts) count.set(h, (count.get(h) ?? 0) + 1);
+  return [...count.values()];
 }
 
 // ---- all-gather and reduce-scatter ---------------------------------------------------------------

@@ -188,8 +188,11 @@ export interface RingTransportInit {
   readonly rank: number;
   /** The world size. */
   readonly size: number;
-  /** Every rank's inbox (this rank's own included). */
-  readonly inboxes: readonly Inbox[];
+  /**
+   * Every rank's inbox (this rank's own included); `undefined` for a rank this one does not talk to (the
+   * ranks of other hosts, in a {@linkcode HybridTransport}), which then has no pair.
+   */
+  readonly inboxes: readonly (Inbox | undefined)[];
   /** Sleeps and wakes on doorbells. */
   readonly sleeper: Sleeper;
   /** Microseconds to spin on the doorbell before sleeping. */
@@ -277,11 +280,11 @@ export class RingTransport implements Transport {
     this.rank = init.rank;
     this.size = init.size;
     this.failed = new Promise((resolve) => this.#resolveFailed = resolve);
-    const own = init.inboxes[init.rank];
+    const own = init.inboxes[init.rank] as Inbox;
     this.#own = own.words;
-    this.#peerWords = init.inboxes.map((inbox, peer) => peer === init.rank ? undefined : inbox.words);
+    this.#peerWords = init.inboxes.map((inbox, peer) => peer === init.rank ? undefined : inbox?.words);
     this.#pairs = init.inboxes.map((inbox, peer) => {
-      if (peer === init.rank) return undefined;
+      if (peer === init.rank || inbox === undefined) return undefined;
       const notify = (): void => this.#ring(peer);
       const out = inbox.ring(init.rank);
       const writer = new RingWriter(out, { writer: init.rank, reader: peer, notify });

@@ -87,8 +87,16 @@ import type { Pair, Transport } from "./transport.ts";
 export interface ShmTransportOptions {
   /** This rank, in `0..size-1`. */
   rank: number;
-  /** The number of ranks; all on this host. */
+  /** The number of ranks. */
   size: number;
+  /**
+   * The ranks this one connects to, all on this host; the others have no pair (a
+   * `HybridTransport` reaches them over TCP). Every rank of the list must pass a list that
+   * holds this rank. No host segment then.
+   *
+   * @default every other rank
+   */
+  peers?: readonly number[];
   /**
    * Capacity of the ring from each rank to each other rank, in bytes (64 B to 1 GiB). Messages of any
    * size stream through. Each rank's segment holds `size − 1` rings, so `/dev/shm` must hold about
@@ -141,13 +149,15 @@ interface InboxAddress {
 
 /** Sleeps in a futex wait on the own doorbell; wakes peers with a futex wake on theirs. */
 class FutexSleeper implements Sleeper {
-  readonly #bells: Deno.PointerObject[];
+  readonly #bells: (Deno.PointerObject | undefined)[];
   readonly #own: Deno.PointerObject;
 
-  constructor(mappings: readonly SharedMapping[], rank: number) {
+  constructor(mappings: readonly (SharedMapping | undefined)[], rank: number) {
     // A mapping's address is never 0, so neither is an offset into it.
-    this.#bells = mappings.map((m) => Deno.UnsafePointer.offset(m.pointer, I_BELL * 4) as Deno.PointerObject);
-    this.#own = this.#bells[rank];
+    this.#bells = mappings.map((m) =>
+      m === undefined ? undefined : Deno.UnsafePointer.offset(m.pointer, I_BELL * 4) as Deno.PointerObject
+    );
+    this.#own = this.#bells[rank] as Deno.PointerObject;
   }
 
   sleep(seq: number, ms: number): Promise<void> {
@@ -155,7 +165,8 @@ class FutexSleeper implements Sleeper {
   }
 
   wake(peer: number): void {
-    futexWake(this.#bells[peer]);
+    const bell = this.#bells[peer];
+    if (bell !== undefined) futexWake(bell);
   }
 }
 
@@ -249,6 +260,15 @@ export class ShmTransport implements Transport {
     const prefix = options.prefix ?? "shm/";
     if (typeof prefix !== "string") throw new TypeError(`Expected a string prefix, found ${typeof prefix}`);
     const layout = options.segment === undefined ? undefined : checkSegmentLayout(options.segment);
+    const peers = options.peers === undefined
+      ? Array.from({ length: size }, (_, peer) => peer).filter((peer) => peer !== rank)
+      : [...new Set(options.peers)].filter((peer) => peer !== rank).sort((a, b) => a - b);
+    if (peers.some((peer) => !Number.isInteger(peer) || peer < 0 || peer >= size)) {
+      throw new RangeError(`Expected peers in 0..${size - 1}, found ${options.peers?.join(", ")}`);
+    }
+    if (layout !== undefined && peers.length !== size - 1) {
+      throw new RangeError("A host segment needs every rank: a shm transport with peers has none");
+    }
 
     const deadline = performance.now() + timeoutMs;
     const pid = getpid();
@@ -274,7 +294,6 @@ export class ShmTransport implements Transport {
       const address: InboxAddress = { name, size, ringBytes, pid, segment: layout ?? null };
       await store.set(`${prefix}inbox/${rank}`, JSON.stringify(address));
 
-      const peers = Array.from({ length: size }, (_, peer) => peer).filter((peer) => peer !== rank);
       const attached = await Promise.allSettled(peers.map(async (peer) => {
         const value = await store.get(`${prefix}inbox/${peer}`, {
           timeoutMs: Math.max(1, deadline - performance.now()),
@@ -314,7 +333,7 @@ export class ShmTransport implements Transport {
         }
         const inbox = new Inbox(mappings[peer].buffer, shape(peer));
         inbox.ring(rank).setPid("writer", pid);
-        if (Atomics.add(inbox.words, I_ATTACHED, 1) + 1 === size - 1) shmUnlink(theirs.name);
+        if (Atomics.add(inbox.words, I_ATTACHED, 1) + 1 === peers.length) shmUnlink(theirs.name);
       }));
       const failures = peers.flatMap((peer, i) => {
         const result = attached[i];
@@ -331,7 +350,7 @@ export class ShmTransport implements Transport {
       }
 
       const own = new Inbox(mappings[rank].buffer, shape(rank));
-      for (let wait = 1; Atomics.load(own.words, I_ATTACHED) < size - 1; wait = Math.min(wait * 2, 10)) {
+      for (let wait = 1; Atomics.load(own.words, I_ATTACHED) < peers.length; wait = Math.min(wait * 2, 10)) {
         if (performance.now() >= deadline) {
           const missing = peers.filter((peer) => own.ring(peer).pid("writer") === 0);
           throw new TimeoutError(
@@ -352,24 +371,28 @@ export class ShmTransport implements Transport {
       throw error;
     }
 
-    const maps = mappings as SharedMapping[];
+    const maps = mappings;
     let segment: HostSegment | undefined;
     if (layout !== undefined) {
       try {
         segment = HostSegment.attach({
-          pointers: maps.map((m) => Number(Deno.UnsafePointer.value(m.pointer)) + areaOffset),
+          pointers: maps.map((m) =>
+            Number(Deno.UnsafePointer.value((m as SharedMapping).pointer)) + areaOffset
+          ),
           layout,
           rank,
         });
       } catch (error) {
-        for (const mapping of maps) munmap(mapping);
+        for (const mapping of maps) if (mapping !== undefined) munmap(mapping);
         throw error;
       }
     }
-    const inboxes = maps.map((mapping, owner) => new Inbox(mapping.buffer, shape(owner)));
+    const inboxes = maps.map((mapping, owner) => mapping && new Inbox(mapping.buffer, shape(owner)));
     // A peer in another pid namespace (a container sharing /dev/shm) has a pid that means nothing here:
     // it would look dead at once. Every peer is alive now, so the ones whose pid is not found are those.
-    const watched = inboxes.map((inbox, peer) => peer !== rank && processExists(inbox.ownerPid));
+    const watched = inboxes.map((inbox, peer) =>
+      peer !== rank && inbox !== undefined && processExists(inbox.ownerPid)
+    );
     const core = new RingTransport({
       kind: "shm",
       rank,
@@ -379,11 +402,11 @@ export class ShmTransport implements Transport {
       spinUs,
       liveness: (peer) => {
         if (!watched[peer]) return undefined;
-        const peerPid = inboxes[peer].ownerPid;
+        const peerPid = (inboxes[peer] as Inbox).ownerPid;
         return hasExited(peerPid) ? `died (pid ${peerPid})` : undefined;
       },
       release: () => {
-        for (const mapping of maps) munmap(mapping);
+        for (const mapping of maps) if (mapping !== undefined) munmap(mapping);
       },
     });
     return new ShmTransport(core, segment);

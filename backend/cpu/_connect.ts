@@ -1,6 +1,8 @@
 /**
- * Chooses and connects the transport of a CPU rank: shared memory when every rank runs on this host,
- * TCP otherwise, or whatever the caller named.
+ * Chooses and connects the transport of a CPU rank: shared memory when every rank runs on this host, shared
+ * memory within hosts and TCP between them when some host runs several ranks, TCP when none does, or
+ * whatever the caller named. Every rank publishes its host identity, so every rank knows the world's
+ * topology (which the hierarchical all-reduce and the cost model use) whatever the transport.
  *
  * @module
  */
@@ -9,15 +11,41 @@ import type { Transport } from "../../transport/transport.ts";
 import { TcpTransport } from "../../transport/tcp.ts";
 import { ShmTransport } from "../../transport/shm.ts";
 import { InprocTransport } from "../../transport/inproc.ts";
+import { HybridTransport } from "../../transport/hybrid.ts";
 import type { EngineConfig } from "./_protocol.ts";
 
-/** An identity shared by the processes of one booted machine. */
+/**
+ * An identity shared by the processes of one host: one booted machine (its boot id) and one network
+ * namespace (processes in different namespaces reach each other only over a network, as different hosts
+ * do; the emulated cluster of `bench/cluster.ts` is such namespaces). `DCOMM_HOST_ID` overrides it, as
+ * `NCCL_HOSTID` does NCCL's: ranks with different values count as different hosts (and talk over TCP).
+ */
 export function hostIdentity(): string {
   try {
-    return Deno.readTextFileSync("/proc/sys/kernel/random/boot_id").trim();
+    const forced = Deno.env.get("DCOMM_HOST_ID");
+    if (forced) return `forced/${forced}`;
   } catch {
-    return Deno.hostname();
+    // no --allow-env: the machine's identity
   }
+  let boot: string;
+  try {
+    boot = Deno.readTextFileSync("/proc/sys/kernel/random/boot_id").trim();
+  } catch {
+    boot = Deno.hostname();
+  }
+  try {
+    return `${boot}/${Deno.readLinkSync("/proc/self/ns/net")}`;
+  } catch {
+    return boot; // no /proc (or no read permission): the boot id alone
+  }
+}
+
+/** A connected transport and the world's topology. */
+export interface Connected {
+  /** The transport. */
+  transport: Transport;
+  /** The host index of every rank (hosts numbered in order of their first rank). */
+  hosts: number[];
 }
 
 /**
@@ -28,20 +56,51 @@ export function hostIdentity(): string {
  * @returns The connected transport.
  * @throws {TypeError} If the transport named is unknown, or inproc was asked for without a mesh.
  */
-export async function connectTransport(store: Store, config: EngineConfig): Promise<Transport> {
+export async function connectTransport(store: Store, config: EngineConfig): Promise<Connected> {
   const { rank, size, timeoutMs } = config;
+  // Every rank publishes its host, and learns every other's.
+  await store.set(`host/${rank}`, hostIdentity());
+  const keys = Array.from({ length: size }, (_, r) => `host/${r}`);
+  await store.wait(keys, { timeoutMs });
+  const names = (await Promise.all(keys.map((k) => store.get(k, { timeoutMs })))).map((b) =>
+    new TextDecoder().decode(b)
+  );
+  const index = new Map<string, number>();
+  const hosts = names.map((n) => index.get(n) ?? index.set(n, index.size).get(n) as number);
   let kind = config.transport;
   if (kind === "auto") {
-    // Every rank publishes its host; shared memory only if all of them share this one.
-    await store.set(`host/${rank}`, hostIdentity());
-    const keys = Array.from({ length: size }, (_, r) => `host/${r}`);
-    await store.wait(keys, { timeoutMs });
-    const hosts = await Promise.all(keys.map((k) => store.get(k, { timeoutMs })));
-    const mine = new TextEncoder().encode(hostIdentity());
-    const sameHost = hosts.every((h) => h.length === mine.length && h.every((b, i) => b === mine[i]));
-    kind = sameHost && size > 1 ? "shm" : "tcp";
+    const perHost = hosts.reduce(
+      (count, h) => count.set(h, (count.get(h) ?? 0) + 1),
+      new Map<number, number>(),
+    );
+    kind = size === 1
+      ? "tcp"
+      : index.size === 1
+      ? "shm"
+      : [...perHost.values()].some((c) => c > 1)
+      ? "hybrid"
+      : "tcp";
   }
+  return { transport: await connect(store, config, kind, hosts), hosts };
+}
+
+async function connect(
+  store: Store,
+  config: EngineConfig,
+  kind: string,
+  hosts: number[],
+): Promise<Transport> {
+  const { rank, size, timeoutMs } = config;
   switch (kind) {
+    case "hybrid":
+      return await HybridTransport.connect(store, {
+        rank,
+        hosts,
+        hostname: config.hostname,
+        timeoutMs,
+        socketsPerPeer: config.socketsPerPeer,
+        prefix: "hybrid/",
+      });
     case "tcp":
       return await TcpTransport.connect(store, {
         rank,
@@ -67,6 +126,8 @@ export async function connectTransport(store: Store, config: EngineConfig): Prom
       }
       return InprocTransport.create(config.inprocMesh as Parameters<typeof InprocTransport.create>[0], rank);
     default:
-      throw new TypeError(`Unknown transport: expected "auto", "tcp", "shm" or "inproc", found "${kind}"`);
+      throw new TypeError(
+        `Unknown transport: expected "auto", "tcp", "shm", "hybrid" or "inproc", found "${kind}"`,
+      );
   }
 }

@@ -58,14 +58,17 @@ export function resolveAlgorithm(
     chunkBytes: number;
     servers?: number;
     segment?: boolean;
+    hosts?: readonly number[];
   },
 ): string {
   if (collective === "send" || collective === "recv") return "";
   checkAlgorithm(collective, name);
   if (name !== "auto") return name;
-  // The segment is the choice wherever it is available (see collectives/mod.ts).
+  // The segment is the choice wherever it is available (see collectives/mod.ts). Between hosts, TCP's
+  // constants; within them, shared memory's where the transport has it.
   const constants = DEFAULT_CONSTANTS[shape.transport as TransportKind] ?? DEFAULT_CONSTANTS.tcp;
-  return chooseAlgorithm(collective, { ...shape, constants });
+  const intra = shape.transport === "shm+tcp" ? DEFAULT_CONSTANTS.shm : constants;
+  return chooseAlgorithm(collective, { ...shape, constants, intra });
 }
 
 /** Bytes of a call as the cost model counts them (the whole n-block buffer for block collectives). */

@@ -118,7 +118,7 @@ export interface EngineConfig {
   store: { hostname: string; port: number; secret?: string };
   /** Prefix of this world's keys in the store. */
   prefix: string;
-  /** `"auto"`, `"tcp"`, `"shm"` or `"inproc"`. */
+  /** `"auto"`, `"tcp"`, `"shm"`, `"hybrid"` or `"inproc"`. */
   transport: string;
   /** For `"inproc"`: the mesh made by `createInprocMesh`. */
   inprocMesh?: unknown;

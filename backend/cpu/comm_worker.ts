@@ -51,7 +51,8 @@ async function start(config: EngineConfig): Promise<void> {
   });
   store = new PrefixStore(config.prefix, client);
   completions = config.completions ? new CompletionWriter(config.completions) : undefined;
-  transport = await connectTransport(store, config);
+  const connected = await connectTransport(store, config);
+  transport = connected.transport;
   const k = await kernels();
   const shared = transport instanceof ShmTransport ? transport.segment : undefined;
   segment = shared === undefined ? undefined : new SegmentExecutor(shared, k);
@@ -60,6 +61,7 @@ async function start(config: EngineConfig): Promise<void> {
     checkCalls: config.checkCalls,
     segment,
     segmentSpinMs: config.segmentSpinMs,
+    hosts: connected.hosts,
   });
   transport.failed.then((e) => post({ type: "failed", error: toWire(e) }));
   if (config.requests) {

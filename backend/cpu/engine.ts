@@ -58,6 +58,8 @@ export interface EngineOptions {
   segment?: SegmentExecutor;
   /** Milliseconds a segment call spins when it cannot move before it sleeps. @default 0.2 */
   segmentSpinMs?: number;
+  /** The host index of every rank of the world (`_connect.ts`). @default every rank its own host */
+  hosts?: readonly number[];
 }
 
 /** Runs a rank's calls over a transport. */
@@ -71,6 +73,7 @@ export class Engine {
   #checkCalls: boolean;
   #segment: SegmentExecutor | undefined;
   #segmentSpinMs: number;
+  #hosts: readonly number[] | undefined;
   #cancelled = new Map<number, string>();
   #running: { id: number; fail: (e: Error) => void } | undefined;
   #scratch: ArrayBuffer[] = [];
@@ -92,6 +95,7 @@ export class Engine {
     this.#checkCalls = options.checkCalls ?? true;
     this.#segment = options.segment;
     this.#segmentSpinMs = options.segmentSpinMs ?? 0.2;
+    this.#hosts = options.hosts;
     const world = Array.from({ length: transport.size }, (_, i) => i);
     this.addGroup(0, world);
     transport.failed.then((e) => this.#fail(e));
@@ -219,6 +223,7 @@ export class Engine {
     const elemSize = dtypeSize(op.dtype);
     const bytes = op.count * elemSize;
     const segment = this.#segment !== undefined && SegmentExecutor.groupFits(group.id);
+    const hosts = this.#hosts && group.ranks.map((r) => (this.#hosts as readonly number[])[r]);
     const algorithm = resolveAlgorithm(op.collective, op.algorithm, {
       bytes: modelBytes(op, elemSize, size),
       size,
@@ -226,6 +231,7 @@ export class Engine {
       chunkBytes: this.#chunkBytes,
       servers: op.servers,
       segment,
+      hosts,
     });
     if (algorithm === "segment") {
       if (!segment) throw segmentUnavailable(op.collective, group.id, this.#transport.kind);
@@ -274,6 +280,7 @@ export class Engine {
       reduce: (dst, src) => this.#reducer.reduce(op.dtype, reduceOpOf(op.op), dst, src),
       reduceMany: (dst, srcs) => this.#reducer.reduceMany(op.dtype, reduceOpOf(op.op), dst, srcs),
       scratch: (n) => this.#takeScratch(n),
+      hosts,
     };
 
     const startedAt = performance.timeOrigin + performance.now();

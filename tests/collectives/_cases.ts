@@ -64,6 +64,8 @@ export interface Matrix {
   chunkBytes?: number;
   /** @default "rendezvous" */
   delivery?: WorldOptions["delivery"];
+  /** The host of each rank, given the world size (for the topology-aware algorithms). @default none */
+  hosts?: (size: number) => readonly number[];
 }
 
 interface Case {
@@ -90,7 +92,14 @@ function* cases(name: string, matrix: Matrix): Generator<Case> {
           seed,
           what:
             `${name} n=${size} count=${count} ${flavor.dtype} ${flavor.op} chunk=${chunkBytes} seed=${seed}`,
-          world: { size, dtype: flavor.dtype, op: flavor.op, chunkBytes, delivery },
+          world: {
+            size,
+            dtype: flavor.dtype,
+            op: flavor.op,
+            chunkBytes,
+            delivery,
+            hosts: matrix.hosts?.(size),
+          },
         };
       }
     }

@@ -47,6 +47,8 @@ export interface WorldOptions {
   chunkBytes?: number;
   /** See the module doc. @default "rendezvous" */
   delivery?: "eager" | "rendezvous";
+  /** The host of each rank, as the contexts' `hosts` (a fake host map). @default none */
+  hosts?: readonly number[];
 }
 
 /** What one rank sent during a run. */
@@ -186,6 +188,7 @@ export async function runWorld<T>(
         mem.fill(0xa5);
         return mem;
       },
+      hosts: options.hosts,
     };
   });
   const results = await Promise.all(contexts.map((ctx) => body(ctx)));

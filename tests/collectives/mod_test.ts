@@ -80,7 +80,7 @@ Deno.test("ALGORITHMS, the registries, SEGMENT_PLANS and COST_FUNCTIONS are the 
   }
   // The preference order, as the README lists it.
   assert.deepEqual(ALGORITHMS, {
-    allReduce: ["segment", "ring", "halving-doubling", "double-tree", "tree", "direct", "ps"],
+    allReduce: ["segment", "ring", "hierarchical", "halving-doubling", "double-tree", "tree", "direct", "ps"],
     allGather: ["segment", "ring", "recursive-doubling"],
     reduceScatter: ["segment", "ring", "halving"],
     broadcast: ["segment", "binomial", "chain"],
@@ -131,7 +131,7 @@ Deno.test("predict() dispatches to the named cost function and rejects unknown n
   assert.throws(() => predict("allReduce", "bogus" as any, { size: 2, bytes: 8, constants }), {
     name: "RangeError",
     message:
-      /Unknown algorithm: expected one of segment, ring, halving-doubling, .* for allReduce, found bogus/,
+      /Unknown algorithm: expected one of segment, ring, hierarchical, halving-doubling, .* for allReduce, found bogus/,
   });
   assert.throws(() => predict("allReduce", "ring", { size: 0, bytes: 8, constants }), RangeError);
   assert.throws(() => predict("allReduce", "ps", { size: 4, bytes: 8, servers: 5, constants }), RangeError);

@@ -34,5 +34,8 @@ Deno.test("the demo trains on 4 ranks with DistributedDataParallel and ends with
 Deno.test("the demo refuses an unknown hook, naming the ones there are", async () => {
   const { code, err } = await demo(["--hook", "zip"]);
   assert.notEqual(code, 0);
-  assert.match(err, /Unknown --hook: expected one of allreduce, fp16, bf16, found zip/);
+  assert.match(
+    err,
+    /Unknown --hook: expected one of allreduce, fp16, bf16, int8, 1bit, 1bit-noef, topk, topk-noef, powersgd, powersgd-noef, found zip/,
+  );
 });
