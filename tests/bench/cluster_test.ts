@@ -1,0 +1,128 @@
+/**
+ * The emulated cluster (`bench/cluster.ts`): hosts as network namespaces with shaped links, a launcher per
+ * host; ranks of a host over shared memory, hosts over TCP; nothing left behind (no namespace, and with
+ * them no veth, bridge or qdisc) after a run, a failed run or the command itself. Needs root and
+ * iproute2, which CI has.
+ */
+import assert from "node:assert/strict";
+import {
+  clusterUnavailable,
+  createCluster,
+  namespacePids,
+  namespacesWith,
+  runOnCluster,
+} from "../../bench/cluster.ts";
+import { gatedTest } from "../_util/skip.ts";
+
+const missing = await clusterUnavailable();
+const FIXTURE = new URL("./_fixtures/cluster_rank.ts", import.meta.url).pathname;
+const CLUSTER = new URL("../../bench/cluster.ts", import.meta.url).pathname;
+
+async function qdiscs(ns: string, dev: string): Promise<string> {
+  const out = await new Deno.Command("ip", {
+    args: ["netns", "exec", ns, "tc", "qdisc", "show", "dev", dev],
+    stdout: "piped",
+  })
+    .output();
+  return new TextDecoder().decode(out.stdout);
+}
+
+gatedTest(
+  "2 hosts × 2 ranks: shaped links, shm within a host, TCP between, the sums right, nothing left after",
+  { missing },
+  async () => {
+    const cluster = await createCluster({ hosts: 2, rate: "200mbit", delay: "100us" });
+    try {
+      assert.deepEqual(
+        await namespacesWith(cluster.tag),
+        [...cluster.namespaces, cluster.switchNamespace].sort(),
+      );
+      // Both ends of every link are shaped.
+      for (const [h, ns] of cluster.namespaces.entries()) {
+        assert.match(await qdiscs(ns, "eth0"), /(netem|tbf).*rate 200Mbit/);
+        assert.match(await qdiscs(cluster.switchNamespace, `p${h}`), /(netem|tbf).*rate 200Mbit/);
+      }
+      const runs = await runOnCluster(cluster, 2, [FIXTURE], { timeoutMs: 120_000 });
+      for (const r of runs) assert.equal(r.code, 0, r.output.slice(-2000));
+      const results = runs.flatMap((r) =>
+        [...r.output.matchAll(/RESULT (\{.*\})/g)].map((m) => JSON.parse(m[1]))
+      );
+      assert.equal(results.length, 4, runs.map((r) => r.output).join("\n"));
+      for (const r of results) {
+        assert.equal(r.right, true, JSON.stringify(r));
+        assert.equal(r.transport, "shm+tcp");
+        assert.equal(r.hierarchical, "hierarchical");
+      }
+    } finally {
+      await cluster.destroy();
+    }
+    assert.deepEqual(await namespacesWith(cluster.tag), []);
+  },
+);
+
+gatedTest("interrupted, the command stops every rank and removes everything", { missing }, async () => {
+  const child = new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "-A",
+      CLUSTER,
+      "--hosts",
+      "2",
+      "--ranks-per-host",
+      "1",
+      FIXTURE,
+      "--fail-on-host",
+      "none",
+      "--hang",
+    ],
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  // Wait until both hosts' ranks are up (each prints that it waits).
+  const reader = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
+  let text = "";
+  while ((text.match(/waiting until stopped/g) ?? []).length < 2) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    text += value;
+  }
+  child.kill("SIGINT");
+  const status = await child.status;
+  await reader.cancel();
+  await child.stderr.cancel();
+  assert.equal(status.code, 130, text);
+  assert.deepEqual(await namespacesWith("dcn"), []);
+  const left = await new Deno.Command("pgrep", { args: ["-f", FIXTURE], stdout: "piped" }).output();
+  assert.equal(new TextDecoder().decode(left.stdout).trim(), "", "a rank outlived the cluster");
+});
+
+gatedTest("a host whose ranks fail makes the command exit non-zero, and it still removes everything", {
+  missing,
+}, async () => {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", CLUSTER, "--hosts", "2", "--ranks-per-host", "1", FIXTURE, "--fail-on-host", "1"],
+    stdout: "piped",
+    stderr: "piped",
+    signal: AbortSignal.timeout(120_000),
+  }).output();
+  const text = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
+  assert.equal(out.code, 1, text);
+  assert.match(text, /\[host1\] .*failing on purpose/);
+  assert.match(text, /host 1 exited with code 1/);
+  assert.deepEqual(await namespacesWith("dcn"), [], "no namespace of any cluster is left");
+});
+
+Deno.test("without ip and tc (or root), the command says what is missing and exits 2", async () => {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", CLUSTER, "--hosts", "2", FIXTURE],
+    env: { PATH: "/nonexistent" },
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const text = new TextDecoder().decode(out.stderr);
+  assert.equal(out.code, 2, text);
+  assert.match(
+    text,
+    /^Cannot build the emulated cluster: (ip is not installed|network namespaces need root)/m,
+  );
+});
