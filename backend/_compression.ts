@@ -26,6 +26,8 @@ export interface CheckedCompression {
   readonly serverResidual?: Float32Array;
   /** PowerSGD's Q. */
   readonly q?: Float32Array;
+  /** Compress only between hosts. */
+  readonly interHost: boolean;
 }
 
 /** What each codec takes besides `codec`. */
@@ -68,7 +70,7 @@ export function checkCompression(
     fail(`codec must be one of ${CODECS.join(", ")}, found ${JSON.stringify(o.codec)}`);
   }
   for (const key of Object.keys(o)) {
-    if (key !== "codec" && o[key] !== undefined && !FIELDS[codec].includes(key)) {
+    if (key !== "codec" && key !== "interHost" && o[key] !== undefined && !FIELDS[codec].includes(key)) {
       fail(`${key} is not an option of the ${codec} codec (it takes ${FIELDS[codec].join(", ")})`);
     }
   }
@@ -117,7 +119,20 @@ export function checkCompression(
   ) {
     if (a !== undefined && b !== undefined && overlaps(a, b)) range(`${x} and ${y} share memory`);
   }
-  return { codec, blockSize, k, rank, matrices, residual, serverResidual, q };
+  if (o.interHost !== undefined && typeof o.interHost !== "boolean") {
+    fail(`interHost must be a boolean, found ${describe(o.interHost)}`);
+  }
+  return {
+    codec,
+    blockSize,
+    k,
+    rank,
+    matrices,
+    residual,
+    serverResidual,
+    q,
+    interHost: o.interHost === true,
+  };
 }
 
 function checkMatrices(

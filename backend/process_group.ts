@@ -203,6 +203,13 @@ export interface Compression {
   readonly serverResidual?: Float32Array;
   /** `"powersgd"`: Q, kept from call to call. */
   readonly q?: Float32Array;
+  /**
+   * Compress only between hosts (any codec): the ranks of each host first sum their tensors on the host's
+   * first rank over the host's own links, those ranks run the codec among themselves, and each broadcasts
+   * the result to its host. With one rank per host (or one host) it changes nothing. The first ranks'
+   * state arrays are the ones used. @default false
+   */
+  readonly interHost?: boolean;
 }
 
 /**

@@ -121,7 +121,8 @@ export async function powerSgdAllReduce(ctx: CompressedContext, call: Compressed
     const m = matrices[j], r = matrixRank(m, call.rank);
     const out = view(tensor, m);
     k.matmul(ps[j], qts[j], { c: out, m: m.rows, k: r, n: m.cols });
-    if (residual !== undefined) k.axpy(view(residual, m), out, { alpha: -1 });
+    // Each rank keeps M − its share of the result: all of the average's, 1/n of a sum's.
+    if (residual !== undefined) k.axpy(view(residual, m), out, { alpha: call.average ? -1 : -1 / size });
   }
 }
 

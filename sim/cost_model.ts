@@ -440,8 +440,9 @@ export interface PingPongSample {
 }
 
 /**
- * Least-squares fit of `seconds = α + β·bytes` to ping-pong samples. When noise pushes the intercept
- * below zero, α is 0 and β is refitted through the origin.
+ * Fit of `seconds = α + β·bytes` to ping-pong samples: α the smallest message's time (less its bytes at
+ * the fitted rate), β the least-squares slope of the rest above α. The large messages set β, as they
+ * should where a link's token bucket or a socket buffer lets small ones out faster than the rate.
  *
  * @param samples At least two samples with different sizes.
  * @returns α (seconds) and β (seconds per byte).
@@ -456,28 +457,32 @@ export interface PingPongSample {
  * ```
  */
 export function fitConstants(samples: readonly PingPongSample[]): { alpha: number; beta: number } {
-  const n = samples.length;
-  const meanX = samples.reduce((s, p) => s + p.bytes, 0) / n;
-  const meanY = samples.reduce((s, p) => s + p.seconds, 0) / n;
-  let sxx = 0;
-  let sxy = 0;
-  for (const { bytes, seconds } of samples) {
-    sxx += (bytes - meanX) ** 2;
-    sxy += (bytes - meanX) * (seconds - meanY);
+  const sizes = [...new Set(samples.map((p) => p.bytes))].sort((a, b) => a - b);
+  if (sizes.length < 2 || samples.some((p) => !(p.seconds > 0))) {
+    throw new RangeError(
+      `Cannot fit α and β: expected samples of at least two sizes with positive times, found ${samples.length} samples`,
+    );
   }
-  if (!(n >= 2 && sxx > 0)) {
-    throw new RangeError(`Cannot fit α and β: expected samples of at least two sizes, found ${n} samples`);
+  // α: the smallest message's time (the median of its samples), what a message costs before its bytes.
+  const first = samples.filter((p) => p.bytes === sizes[0]).map((p) => p.seconds).sort((a, b) => a - b);
+  let alpha = first[first.length >> 1];
+  // β: least squares of the rest above α, which the largest messages dominate, as they should: below a
+  // link's token bucket (or a socket's buffer) a message goes out faster than the link's rate.
+  const fit = (a: number): number => {
+    let xx = 0, xy = 0;
+    for (const { bytes, seconds } of samples) {
+      xx += bytes * bytes;
+      xy += bytes * (seconds - a);
+    }
+    return xy / xx;
+  };
+  let beta = fit(alpha);
+  if (sizes[0] > 0) {
+    // No 0-byte sample: take the smallest size's bytes off α at the fitted rate.
+    alpha = Math.max(0, alpha - sizes[0] * beta);
+    beta = fit(alpha);
   }
-  const beta = sxy / sxx;
-  const alpha = meanY - beta * meanX;
-  if (alpha >= 0) return { alpha, beta };
-  let xx = 0;
-  let xy = 0;
-  for (const { bytes, seconds } of samples) {
-    xx += bytes * bytes;
-    xy += bytes * seconds;
-  }
-  return { alpha: 0, beta: xy / xx };
+  return { alpha, beta: Math.max(beta, 0) };
 }
 
 /** One timed segment all-reduce, for {@linkcode fitSegmentConstants}. */

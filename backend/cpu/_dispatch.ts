@@ -16,7 +16,7 @@ import {
   REDUCE_SCATTER_ALGORITHMS,
 } from "../../collectives/mod.ts";
 import type { CollectiveContext } from "../../collectives/comm.ts";
-import { DEFAULT_CONSTANTS, type TransportKind } from "../../sim/cost_model.ts";
+import { type CostConstants, DEFAULT_CONSTANTS, type TransportKind } from "../../sim/cost_model.ts";
 import type { Collective, OpRequest } from "./_protocol.ts";
 
 /** Every algorithm name of every collective, once, in a fixed order: their descriptor codes. */
@@ -66,9 +66,47 @@ export function resolveAlgorithm(
   if (name !== "auto") return name;
   // The segment is the choice wherever it is available (see collectives/mod.ts). Between hosts, TCP's
   // constants; within them, shared memory's where the transport has it.
-  const constants = DEFAULT_CONSTANTS[shape.transport as TransportKind] ?? DEFAULT_CONSTANTS.tcp;
-  const intra = shape.transport === "shm+tcp" ? DEFAULT_CONSTANTS.shm : constants;
+  const table = constantsTable();
+  const constants = table[shape.transport as TransportKind] ?? table.tcp;
+  const intra = shape.transport === "shm+tcp" ? table.shm : constants;
   return chooseAlgorithm(collective, { ...shape, constants, intra });
+}
+
+let table: Readonly<Record<TransportKind, CostConstants>> | undefined;
+
+/**
+ * The constants `"auto"` prices with: the measured ones (`sim/measured.ts`), or those of
+ * `DCOMM_COST_MODEL`, a JSON object of `{ "tcp": { "alpha": s, "beta": s/B, "gamma": s/B }, "shm": ... }`
+ * (what `bench:calibrate` fitted on the machines at hand, e.g. `bench/network.ts`'s emulated links), every
+ * rank the same.
+ */
+export function constantsTable(): Readonly<Record<TransportKind, CostConstants>> {
+  if (table !== undefined) return table;
+  let text: string | undefined;
+  try {
+    text = Deno.env.get("DCOMM_COST_MODEL");
+  } catch {
+    text = undefined; // no --allow-env: the measured constants
+  }
+  table = DEFAULT_CONSTANTS;
+  if (text) {
+    const given = JSON.parse(text) as Partial<Record<TransportKind, CostConstants>>;
+    const merged = { ...DEFAULT_CONSTANTS };
+    for (const [kind, k] of Object.entries(given) as [TransportKind, CostConstants][]) {
+      if (
+        !(kind in DEFAULT_CONSTANTS) ||
+        ![k?.alpha, k?.beta, k?.gamma].every((v) => typeof v === "number" && v >= 0)
+      ) {
+        throw new TypeError(
+          `Invalid DCOMM_COST_MODEL: expected { tcp | shm | inproc: { alpha, beta, gamma } } with numbers >= 0, ` +
+            `found ${JSON.stringify({ [kind]: k })}`,
+        );
+      }
+      merged[kind] = k;
+    }
+    table = merged;
+  }
+  return table;
 }
 
 /** Bytes of a call as the cost model counts them (the whole n-block buffer for block collectives). */

@@ -106,6 +106,8 @@ export interface CompressionRequest {
   serverResidual?: PointerRegion;
   /** PowerSGD's Q, by address. */
   q?: PointerRegion;
+  /** Compress only between hosts (the ranks of a host sum on its first rank first). */
+  interHost?: boolean;
 }
 
 /** How the engine connects. */

@@ -500,6 +500,7 @@ export class CpuProcessGroup extends GroupFront {
           residual: at(c.residual),
           serverResidual: at(c.serverResidual),
           q: at(c.q),
+          interHost: c.interHost,
         },
       }, signal);
       return new Work(

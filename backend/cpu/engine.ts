@@ -374,8 +374,10 @@ export class Engine {
    * caller's, reached by address. Its report sums what the stages sent.
    */
   async #runCompressed(op: OpRequest, c: CompressionRequest): Promise<WorkReport> {
-    const group = this.#groups.get(op.group);
-    if (!group) throw new DistError(`Unknown group ${op.group}: newGroup() was not called on this rank`);
+    const outer = this.#groups.get(op.group);
+    if (!outer) throw new DistError(`Unknown group ${op.group}: newGroup() was not called on this rank`);
+    const split = c.interHost ? this.#hostSplit(outer) : undefined;
+    const group = split === undefined ? outer : split.leaders ?? split.host;
     const kernels = await (this.#codecKernels ??= codecKernels());
     const f32 = (region: OpRequest["input"]): Float32Array | undefined => {
       const v = this.#view(region);
@@ -390,25 +392,32 @@ export class Engine {
       byteLength: bytes.byteLength,
     });
     const reports: WorkReport[] = [];
+    // Stage numbers in descriptors: between hosts only, 1 is the host's reduce and 15 its broadcast (the
+    // ranks that are not first on their host run no codec stage in between); the codec's count from there.
+    let next = split ? 2 : 1;
     const stage = async (
-      collective: "allToAll" | "allGather" | "allReduce",
+      collective: "allToAll" | "allGather" | "allReduce" | "reduce" | "broadcast",
       dtype: "uint8" | "float32",
       input: Uint8Array,
       output?: Uint8Array,
+      on: GroupState = group,
     ): Promise<void> => {
+      const number = collective === "reduce" ? 1 : collective === "broadcast" ? 15 : next++;
       reports.push(
         await this.#run({
           ...op,
+          group: on.id,
           collective,
           dtype,
           op: "sum",
+          root: 0,
           algorithm: "auto",
           servers: undefined,
           count: input.byteLength / dtypeSize(dtype),
           input: region(input),
           output: output && region(output),
           compression: undefined,
-          stage: code + 16 * (reports.length + 1),
+          stage: code + 16 * number,
         }),
       );
     };
@@ -425,17 +434,33 @@ export class Engine {
     const startedAt = performance.timeOrigin + performance.now();
     const t0 = performance.now();
     try {
-      await COMPRESSED_ALL_REDUCE[c.codec](ctx, {
-        tensor,
-        average: op.op === "avg",
-        blockSize: c.blockSize,
-        k: c.k,
-        rank: c.rank,
-        matrices: c.matrices,
-        residual: f32(c.residual),
-        serverResidual: f32(c.serverResidual),
-        q: f32(c.q),
-      });
+      // Between hosts only: the host's sum on its first rank (over the host's links, uncompressed), the
+      // codec among the first ranks, then the result back to the host.
+      const staged = split && floats32(scratch.take(tensor.byteLength));
+      if (split && staged) {
+        staged.set(tensor);
+        const bytes = new Uint8Array(staged.buffer, staged.byteOffset, staged.byteLength);
+        if (split.host.ranks.length > 1) await stage("reduce", "float32", bytes, undefined, split.host);
+      }
+      if (split === undefined || split.leaders !== undefined) {
+        await COMPRESSED_ALL_REDUCE[c.codec](ctx, {
+          tensor: staged ?? tensor,
+          average: split ? false : op.op === "avg",
+          blockSize: c.blockSize,
+          k: c.k,
+          rank: c.rank,
+          matrices: c.matrices,
+          residual: f32(c.residual),
+          serverResidual: f32(c.serverResidual),
+          q: f32(c.q),
+        });
+        if (split && staged && op.op === "avg") kernels.divide(staged, outer.ranks.length);
+      }
+      if (split && staged) {
+        const bytes = new Uint8Array(staged.buffer, staged.byteOffset, staged.byteLength);
+        if (split.host.ranks.length > 1) await stage("broadcast", "float32", bytes, undefined, split.host);
+        tensor.set(staged);
+      }
     } catch (e) {
       // A kernel that threw on this rank would leave its peers waiting: every rank learns why.
       const error = e instanceof Error ? e : new DistError(String(e));
@@ -454,6 +479,37 @@ export class Engine {
       finishedAt: performance.timeOrigin + t1,
       compression: c.codec,
     };
+  }
+
+  /**
+   * The groups of a compression between hosts only, registered on first use with ids every rank derives
+   * alike from the host map: this rank's host (its ranks, the first one its root) and, on a host's first
+   * rank, the group of every host's first rank. Undefined when there is nothing to split (no host map, one
+   * host, or one rank on every host).
+   */
+  #hostSplit(group: GroupState): { host: GroupState; leaders?: GroupState } | undefined {
+    const hosts = this.#hosts;
+    if (hosts === undefined) return undefined;
+    const byHost = new Map<number, number[]>();
+    for (const r of group.ranks) {
+      const h = hosts[r];
+      const list = byHost.get(h);
+      if (list) list.push(r);
+      else byHost.set(h, [r]);
+    }
+    const lists = [...byHost.values()];
+    if (lists.length === 1 || lists.every((l) => l.length === 1)) return undefined;
+    const me = this.#transport.rank;
+    const at = lists.findIndex((l) => l.includes(me));
+    // Above every id newGroup hands out (those count up from 1), one block of 256 per parent group.
+    const base = 0x40000000 + group.id * 256;
+    const register = (id: number, ranks: number[]): GroupState => {
+      if (!this.#groups.has(id)) this.addGroup(id, ranks);
+      return this.#groups.get(id) as GroupState;
+    };
+    const host = register(base + at, lists[at]);
+    const leaders = lists[at][0] === me ? register(base + 255, lists.map((l) => l[0])) : undefined;
+    return { host, leaders };
   }
 
   #codecKernels: Promise<CodecKernels> | undefined;
@@ -608,6 +664,11 @@ function mismatch(from: number, theirs: CallDescriptor, me: number, mine: CallDe
   return new MismatchError(
     `Mismatched calls: rank ${from} ${call(theirs, from)} but rank ${me} ${call(mine, me)}`,
   );
+}
+
+/** A Float32Array over zeroed scratch bytes. */
+function floats32(bytes: Uint8Array): Float32Array {
+  return new Float32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 4);
 }
 
 /** The codecs' kernels on this thread: the compression kernels and the BLAS-like ones. */

@@ -33,7 +33,7 @@ function check(results: CaseResult[][], transport: string): void {
         if (transport === "segment") assert.equal(rep.algorithm, "segment", name);
       }
     }
-    if (name.endsWith(" ef") || name === "sign big") {
+    if (name.endsWith(" ef") || name.endsWith(" ef interhost") || name === "sign big") {
       // Error feedback: the outputs plus the residuals add up to the sum of the averages.
       assert.ok((first.identity as number) < 1e-6, `${name}: identity off by ${first.identity}`);
     }
@@ -60,11 +60,14 @@ for (const ranks of [2, 3, 4]) {
   });
 }
 
-for (const [transport, ranks] of [["shm", 4], ["tcp", 3]] as const) {
-  Deno.test(`compressed all-reduce on ${ranks} processes over ${transport}`, async () => {
+for (const [transport, ranks] of [["shm", 4], ["tcp", 3], ["hybrid", 5]] as const) {
+  const what = transport === "hybrid"
+    ? "between hosts only (interHost), hosts a,a,a,b,b"
+    : `over ${transport}`;
+  Deno.test(`compressed all-reduce on ${ranks} processes ${what}`, async () => {
     const out = await new Deno.Command(Deno.execPath(), {
       args: ["run", "-A", LAUNCH, "--nproc-per-node", String(ranks), FIXTURE.pathname],
-      env: { DCOMM_TRANSPORT: transport },
+      env: transport === "hybrid" ? { DCOMM_HOST_OF: "a,a,a,b,b" } : { DCOMM_TRANSPORT: transport },
       stdout: "piped",
       stderr: "piped",
       signal: AbortSignal.timeout(180_000),
@@ -74,6 +77,11 @@ for (const [transport, ranks] of [["shm", 4], ["tcp", 3]] as const) {
     const results = [...text.matchAll(/RESULT (\[.*\])/g)].map((m) => JSON.parse(m[1]) as CaseResult[]);
     assert.equal(results.length, ranks, text.slice(-3000));
     check(results, transport === "shm" ? "segment" : transport);
+    if (transport === "hybrid") {
+      for (const r of results) {
+        assert.ok(r.every((c) => c.name.endsWith(" interhost")), "the between-hosts cases ran");
+      }
+    }
   });
 }
 

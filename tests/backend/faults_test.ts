@@ -80,6 +80,7 @@ function shmObjects(): string[] {
 
 const KILLED = [
   ["tcp", "16 MiB"],
+  ["hybrid", "16 MiB"],
   ["shm", "16 MiB"],
   ["shm", "1 KiB"],
   ["tcp", "DDP buckets"],
@@ -100,9 +101,14 @@ for (const [transport, size] of KILLED) {
       : size === "DDP 1-bit buckets"
       ? "ddp-1bit"
       : "big";
-    const ranks = await start(4, ["loop", variant], {
-      DCOMM_TRANSPORT: transport,
-    });
+    // hybrid: ranks 0, 1 on one host and 2, 3 on another (shared memory within, TCP between).
+    const ranks = await start(
+      4,
+      ["loop", variant],
+      transport === "hybrid"
+        ? { DCOMM_TRANSPORT: "auto", DCOMM_HOST_OF: "a,a,b,b" }
+        : { DCOMM_TRANSPORT: transport },
+    );
     await until(() => ranks.every((r) => r.lines.includes("STARTED")), 60_000);
     await new Promise((r) => setTimeout(r, 200));
     const killedAt = Date.now();

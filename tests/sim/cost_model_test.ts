@@ -130,3 +130,18 @@ Deno.test("fitConstants() rejects samples of fewer than two sizes", () => {
     message: /expected samples of at least two sizes/,
   });
 });
+
+Deno.test("fitConstants() keeps a latency of microseconds beside samples of milliseconds, the rate from the large ones", () => {
+  // A shaped link's ping-pongs (bench/network.ts at 1 Gb/s): plain least squares put α below 0 here.
+  const samples = [[0, 58.5e-6], [1024, 58.3e-6], [16384, 120.6e-6], [65536, 536.5e-6], [262144, 2244.7e-6], [
+    1048576,
+    9144.5e-6,
+  ], [4194304, 36857.3e-6]].map(([bytes, seconds]) => ({ bytes, seconds }));
+  const { alpha, beta } = fitConstants(samples);
+  assert.ok(alpha > 30e-6 && alpha < 80e-6, `alpha ${alpha}`);
+  assert.ok(1 / beta > 100e6 && 1 / beta < 150e6, `bandwidth ${1 / beta}`);
+  for (const s of samples.slice(3)) { // from 64 KiB: below, the token bucket lets a message out faster than the rate
+    const predicted = alpha + beta * s.bytes;
+    assert.ok(Math.abs(predicted - s.seconds) / s.seconds < 0.2, `${s.bytes}: ${predicted} vs ${s.seconds}`);
+  }
+});

@@ -30,6 +30,8 @@ interface Case {
   make: (count: number) => Compression;
   /** For PowerSGD: the matrices. */
   matrices?: { offset: number; rows: number; cols: number }[];
+  /** Compressed between hosts only (`interHost`): residuals are in sums of hosts, divided by n here. */
+  interHost?: boolean;
 }
 
 const MATRICES = [{ offset: 10, rows: 60, cols: 40 }, { offset: 2410, rows: 33, cols: 7 }];
@@ -173,8 +175,9 @@ async function runCase(pg: ProcessGroup, c: Case, seed: number): Promise<CaseRes
     };
     await add(compression.residual, true);
     if (codec === "sign" && compression.serverResidual) {
-      // Each rank keeps the server residual of its own chunk; the rest of its array stays zero.
-      await add(compression.serverResidual, false);
+      // Each rank keeps the server residual of its own chunk; the rest of its array stays zero. Between
+      // hosts only, the codec sums (the first ranks' host sums) and the result is divided by n afterwards.
+      await add(compression.serverResidual, c.interHost === true);
     }
     let worst = 0, size = 0;
     for (let j = 0; j < count; j++) {
@@ -273,6 +276,14 @@ function checkPowerSgd(
   }
 }
 
+/** The cases again, compressed between hosts only (run on hosts told apart by DCOMM_HOST_ID). */
+const INTER_HOST: Case[] = CASES.filter((c) => c.name.endsWith(" ef")).map((c) => ({
+  ...c,
+  name: `${c.name} interhost`,
+  interHost: true,
+  make: (n: number) => ({ ...c.make(n), interHost: true }),
+}));
+
 /** Runs every case on this rank (or the scenario in `args`). */
 export async function main(pg: ProcessGroup, ctx?: { args: unknown }): Promise<unknown> {
   const scenario = (ctx?.args as { scenario?: string } | undefined)?.scenario ?? "values";
@@ -293,11 +304,17 @@ export async function main(pg: ProcessGroup, ctx?: { args: unknown }): Promise<u
     }
   }
   const results: CaseResult[] = [];
-  for (const [i, c] of CASES.entries()) results.push(await runCase(pg, c, i));
+  const cases = scenario === "interhost" ? INTER_HOST : CASES;
+  for (const [i, c] of cases.entries()) results.push(await runCase(pg, c, i));
   return results;
 }
 
 if (import.meta.main) {
+  // DCOMM_HOST_OF="a,a,b,b": rank r's host, for the between-hosts cases.
+  const hostOf = Deno.env.get("DCOMM_HOST_OF");
+  if (hostOf) Deno.env.set("DCOMM_HOST_ID", hostOf.split(",")[Number(Deno.env.get("RANK"))]);
   await using pg = await init();
-  console.log(`RESULT ${JSON.stringify(await main(pg))}`);
+  console.log(
+    `RESULT ${JSON.stringify(await main(pg, { args: { scenario: hostOf ? "interhost" : "values" } }))}`,
+  );
 }

@@ -13,6 +13,9 @@ import { init } from "../../../backend/init.ts";
 import { DistributedDataParallel, signCompressHook } from "../../../ddp/mod.ts";
 
 const [mode, variant = "count"] = Deno.args;
+// Hosts told apart by DCOMM_HOST_ID ("a,a,b,b": rank r's host), for the hybrid transport's case.
+const hostOf = Deno.env.get("DCOMM_HOST_OF");
+if (hostOf) Deno.env.set("DCOMM_HOST_ID", hostOf.split(",")[Number(Deno.env.get("RANK"))]);
 const algorithm = Deno.env.get("FAULT_ALGORITHM") ?? "ring";
 const pg = await init({ timeoutMs: Number(Deno.env.get("FAULT_TIMEOUT_MS") ?? 60_000) });
 const t0 = performance.now();
