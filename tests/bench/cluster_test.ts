@@ -53,6 +53,8 @@ gatedTest(
         assert.equal(r.transport, "shm+tcp");
         assert.equal(r.hierarchical, "hierarchical");
       }
+      // Every launcher and rank is gone from the hosts.
+      for (const ns of cluster.namespaces) assert.deepEqual(await namespacePids(ns), []);
     } finally {
       await cluster.destroy();
     }
