@@ -166,40 +166,75 @@ export function doubleTreeAllReduceCost(shape: CostShape, constants: CostConstan
 
 /**
  * Rabenseifner all-reduce: `Σ_{i=1..L} [2·k(m/2^i)·α + 2·(m/2^i)·β + (m/2^i)·γ]` over L = log2 p rounds,
- * p the largest power of two ≤ n, plus `2·k(m)·α + 2·m·β + m·γ` for the fold and unfold when p < n.
+ * p the largest power of two ≤ n, plus `2·k(m)·α + 2·m·β + m·γ` for the fold and unfold when p < n. With
+ * `hosts` of R ranks each (contiguous, a power of two), a round whose partners are R or more ranks apart
+ * crosses hosts with all R ranks of a host at once, so each pays `R·β` on the shared link; the rounds
+ * within a host pay the intra constants.
  */
 export function halvingDoublingAllReduceCost(shape: CostShape, constants: CostConstants): number {
   const { n, m, chunk } = unpack(shape);
   if (n === 1 || m === 0) return 0;
   const { alpha, beta, gamma } = constants;
   const p = floorPow2(n);
+  const share = linkShare(shape, n);
   let t = 0;
-  for (let part = m / 2, i = 1; i < p; i *= 2, part /= 2) {
-    t += 2 * msgs(part, chunk) * alpha + 2 * part * beta + part * gamma;
+  // Halving from mask p/2 down (bytes m/2, m/4, ...), and doubling back up with the same bytes per mask.
+  for (let part = m / 2, mask = p / 2; mask >= 1; mask /= 2, part /= 2) {
+    const across = share === undefined || mask >= share.perHost;
+    const k = across ? constants : (shape.intra ?? constants);
+    const b = across && share !== undefined ? k.beta * share.perHost : k.beta;
+    t += 2 * msgs(part, chunk) * k.alpha + 2 * part * b + part * k.gamma;
   }
   if (p < n) t += 2 * msgs(m, chunk) * alpha + 2 * m * beta + m * gamma;
   return t;
 }
 
 /**
+ * How several ranks of a host share its link, for the flat algorithms' costs: with `hosts` of R ranks
+ * each, contiguous, more than one host and R > 1, R and the share of each rank's peers that are on other
+ * hosts; undefined otherwise (every rank has a link of its own).
+ */
+function linkShare(shape: CostShape, n: number): { perHost: number; offHost: number } | undefined {
+  const counts = hostCounts(shape.hosts, n);
+  const R = counts[0];
+  if (counts.length === 1 || R === 1 || counts.some((c) => c !== R)) return undefined;
+  const contiguous = (shape.hosts as readonly number[]).every((h, r) =>
+    r === 0 || h === (shape.hosts as readonly number[])[r - 1] || r % R === 0
+  );
+  if (!contiguous) return undefined;
+  return { perHost: R, offHost: (n - R) / (n - 1) };
+}
+
+/**
  * Parameter-server all-reduce with S servers: `2(n−1)·k·α + 2(n−1)·(m/S)·β + (n−1)·(m/S)·γ`,
- * k = ⌈m/(S·chunkBytes)⌉.
+ * k = ⌈m/(S·chunkBytes)⌉; co-located on hosts of R ranks, β·R·(n−R)/(n−1) (the ranks of a host share its
+ * link).
  */
 export function psAllReduceCost(shape: CostShape, constants: CostConstants): number {
   const { n, m, chunk } = unpack(shape);
   const s = shape.servers ?? n;
   if (!Number.isInteger(s) || s < 1 || s > n) throw new RangeError(`Expected servers in 1..${n}, found ${s}`);
   if (n === 1 || m === 0) return 0;
-  const { alpha, beta, gamma } = constants;
+  const { alpha, gamma } = constants;
   const shard = m / s;
+  // Co-located servers on hosts of R ranks: a host's link carries its R ranks' traffic to the servers
+  // on other hosts, R·(n−R)/(n−1) times one rank's.
+  const share = s === n ? linkShare(shape, n) : undefined;
+  const beta = share === undefined ? constants.beta : constants.beta * share.perHost * share.offHost;
   return 2 * (n - 1) * msgs(shard, chunk) * alpha + 2 * (n - 1) * shard * beta + (n - 1) * shard * gamma;
 }
 
-/** Direct all-reduce: `(n−1)·k·α + (n−1)·m·β + (n−1)·m·γ`, k = ⌈m/chunkBytes⌉. */
+/**
+ * Direct all-reduce: `(n−1)·k·α + (n−1)·m·β + (n−1)·m·γ`, k = ⌈m/chunkBytes⌉; on hosts of R ranks,
+ * β·R·(n−R)/(n−1).
+ */
 export function directAllReduceCost(shape: CostShape, constants: CostConstants): number {
   const { n, m, chunk } = unpack(shape);
   if (n === 1 || m === 0) return 0;
-  const { alpha, beta, gamma } = constants;
+  const { alpha, gamma } = constants;
+  // On hosts of R ranks, a host's link carries what its R ranks send to the others' hosts.
+  const share = linkShare(shape, n);
+  const beta = share === undefined ? constants.beta : constants.beta * share.perHost * share.offHost;
   return (n - 1) * msgs(m, chunk) * alpha + (n - 1) * m * beta + (n - 1) * m * gamma;
 }
 

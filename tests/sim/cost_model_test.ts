@@ -145,3 +145,34 @@ Deno.test("fitConstants() keeps a latency of microseconds beside samples of mill
     assert.ok(Math.abs(predicted - s.seconds) / s.seconds < 0.2, `${s.bytes}: ${predicted} vs ${s.seconds}`);
   }
 });
+
+Deno.test("the flat algorithms' costs share a host's link among its ranks: halving-doubling, co-located ps, direct", () => {
+  const k = { alpha: 50e-6, beta: 8e-8, gamma: 3e-10 };
+  const intra = { alpha: 5e-6, beta: 1e-10, gamma: 3e-10 };
+  const flat = { size: 8, bytes: 4 << 20 };
+  const hosts = [0, 0, 1, 1, 2, 2, 3, 3];
+  for (
+    const [name, fn] of [
+      ["halving-doubling", model.halvingDoublingAllReduceCost],
+      ["ps", model.psAllReduceCost],
+      ["direct", model.directAllReduceCost],
+    ] as const
+  ) {
+    const alone = fn(flat, k), shared = fn({ ...flat, hosts, intra }, k);
+    assert.ok(shared > 1.4 * alone, `${name}: ${shared} vs ${alone}`);
+    // One rank per host: nothing shared.
+    assert.equal(fn({ ...flat, hosts: [0, 1, 2, 3, 4, 5, 6, 7], intra }, k), alone, name);
+  }
+  // The ring crosses each host's link once: unchanged by hosts.
+  assert.equal(model.ringAllReduceCost({ ...flat, hosts, intra }, k), model.ringAllReduceCost(flat, k));
+  // Halving-doubling on hosts of 2: the mask-1 rounds stay within the host (shm), the others cross with 2
+  // ranks on each link.
+  const hd = model.halvingDoublingAllReduceCost({ ...flat, hosts, intra }, k);
+  const m = 4 << 20;
+  const expected = [m / 2, m / 4].reduce(
+    (t, b) => t + 2 * k.alpha * Math.ceil(b / (256 * 1024)) + 2 * b * k.beta * 2 + b * k.gamma,
+    0,
+  ) +
+    (2 * intra.alpha * Math.ceil((m / 8) / (256 * 1024)) + 2 * (m / 8) * intra.beta + (m / 8) * intra.gamma);
+  assert.ok(Math.abs(hd - expected) / expected < 1e-12, `${hd} vs ${expected}`);
+});
