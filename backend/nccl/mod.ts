@@ -24,6 +24,7 @@ export {
   type NcclOptions,
 } from "./create.ts";
 export { NcclProcessGroup } from "./nccl_group.ts";
+export { type HierarchyPlan, hierarchyPlan, NcclHierarchy } from "./hierarchical.ts";
 export type {
   NcclAlgorithmOptions,
   NcclCallOptions,
