@@ -90,11 +90,21 @@ export function constantsTable(): Readonly<Record<TransportKind, CostConstants>>
   }
   table = DEFAULT_CONSTANTS;
   if (text) {
-    const given = JSON.parse(text) as Partial<Record<TransportKind, CostConstants>>;
+    let given: Partial<Record<TransportKind, CostConstants>>;
+    try {
+      given = JSON.parse(text);
+    } catch (e) {
+      throw new TypeError(
+        `Invalid DCOMM_COST_MODEL: expected JSON, found ${JSON.stringify(text.slice(0, 80))}`,
+        {
+          cause: e,
+        },
+      );
+    }
     const merged = { ...DEFAULT_CONSTANTS };
     for (const [kind, k] of Object.entries(given) as [TransportKind, CostConstants][]) {
       if (
-        !(kind in DEFAULT_CONSTANTS) ||
+        !["tcp", "shm", "inproc"].includes(kind) ||
         ![k?.alpha, k?.beta, k?.gamma].every((v) => typeof v === "number" && v >= 0)
       ) {
         throw new TypeError(
