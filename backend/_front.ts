@@ -132,6 +132,13 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
     }
   }
   /**
+   * Whether the backend casts and compresses all-reduces on a thread of its own (`commDtype`,
+   * `compression`); a backend without one refuses them with an `UnsupportedError`. @default false
+   */
+  protected get codecThread(): boolean {
+    return false;
+  }
+  /**
    * Refuses an algorithm name the backend does not run.
    *
    * @param collective The collective.
@@ -288,6 +295,10 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
     if (algorithm !== "auto") this.checkAlgorithm(collective, algorithm);
     if (signal?.aborted) {
       return this.rejected(new DistError(`Aborted before it started: ${signal.reason}`, { code: "ABORTED" }));
+    }
+    if (!this.codecThread) {
+      if (parts.commDtype !== undefined) throw narrowUnsupported(this.backend);
+      if (parts.compression !== undefined) throw compressionUnsupported(this.backend);
     }
     return this.execute({
       collective,

@@ -13,6 +13,8 @@
  * @module
  */
 
+import { type CostConstants, pairwiseAllToAllCost, ringAllGatherCost } from "../sim/cost_model.ts";
+
 /** The codecs, in the order their codes are numbered (a descriptor carries code + 1). */
 export const CODECS = ["int8", "sign", "topk", "powersgd"] as const;
 
@@ -193,6 +195,101 @@ export interface CompressedShape {
   readonly rank?: number;
   /** PowerSGD's matrices. @default one square-ish matrix of the whole tensor */
   readonly matrices?: readonly MatrixSpan[];
+}
+
+/** The shape of a two-phase codec's messages, which its cost needs as much as its run. */
+export interface TwoPhaseLayout {
+  /** What every chunk's length is a multiple of (so that messages keep their parts aligned). */
+  readonly align: number;
+  /** Bytes of the message of a chunk of `chunk` elements (the last chunks may hold fewer). */
+  messageBytes(chunk: number): number;
+}
+
+/**
+ * One codec of the two-phase scheme of {@linkcode twoPhaseAllReduce}: how a chunk of the tensor becomes one
+ * message and back.
+ */
+export interface TwoPhaseCodec extends TwoPhaseLayout {
+  /**
+   * Encodes `src` into the message at byte `at` of `into`; `residual` is the error feedback of those
+   * elements where the codec keeps one.
+   */
+  pack(
+    into: Uint8Array,
+    at: number,
+    chunk: number,
+    src: Float32Array,
+    residual: Float32Array | undefined,
+  ): void;
+  /** Decodes the message at byte `at` of `from` into `dst`, or adds it there with `accumulate`. */
+  unpack(from: Uint8Array, at: number, chunk: number, dst: Float32Array, accumulate: boolean): void;
+}
+
+/**
+ * The two-phase compressed all-reduce (int8, 1-bit): every rank encodes chunk j for rank j (all-to-all);
+ * rank j decodes the n contributions to its chunk, sums them in rank order (divides by n for an average),
+ * encodes the result (with the server residual `server`, where there is one) and all-gathers it; every
+ * rank decodes the n chunks.
+ *
+ * @param ctx The context.
+ * @param call The call.
+ * @param codec The codec.
+ * @param worker This rank's error feedback over the whole tensor, or none.
+ * @param server The error feedback of the chunk this rank reduces (indexed like the tensor), or none.
+ */
+export async function twoPhaseAllReduce(
+  ctx: CompressedContext,
+  call: CompressedCall,
+  codec: TwoPhaseCodec,
+  worker?: Float32Array,
+  server?: Float32Array,
+): Promise<void> {
+  const { size, rank } = ctx;
+  const { tensor } = call;
+  const count = tensor.length;
+  const chunk = chunkElements(count, size, codec.align);
+  const msg = codec.messageBytes(chunk);
+  const send = ctx.scratch(size * msg), recv = ctx.scratch(size * msg);
+  for (let j = 0; j < size; j++) {
+    const [lo, hi] = chunkBounds(j, chunk, count);
+    if (hi > lo) codec.pack(send, j * msg, chunk, tensor.subarray(lo, hi), worker?.subarray(lo, hi));
+  }
+  await ctx.allToAll(send, recv);
+
+  const [lo, hi] = chunkBounds(rank, chunk, count);
+  const sum = floats(ctx.scratch(4 * chunk), 0, hi - lo);
+  if (hi > lo) { for (let i = 0; i < size; i++) codec.unpack(recv, i * msg, chunk, sum, true); }
+  if (call.average) ctx.kernels.divide(sum, size);
+  const mine = ctx.scratch(msg), all = ctx.scratch(size * msg);
+  if (hi > lo) codec.pack(mine, 0, chunk, sum, server?.subarray(lo, hi));
+  await ctx.allGather(mine, all);
+  for (let j = 0; j < size; j++) {
+    const [a, b] = chunkBounds(j, chunk, count);
+    if (b > a) codec.unpack(all, j * msg, chunk, tensor.subarray(a, b), false);
+  }
+}
+
+/**
+ * The two-phase scheme's predicted seconds over messages: a pairwise all-to-all and a ring all-gather of
+ * the codec's messages, plus `computeSeconds` (the codec's kernel passes, measured).
+ *
+ * @param shape The call.
+ * @param layout The codec's messages.
+ * @param constants The network's α, β (γ unused: the codec's sums are in `computeSeconds`).
+ * @param computeSeconds The kernels' time on one rank.
+ * @returns Seconds.
+ */
+export function twoPhaseCost(
+  shape: CompressedShape,
+  layout: TwoPhaseLayout,
+  constants: CostConstants,
+  computeSeconds: number,
+): number {
+  const size = shape.size;
+  const bytes = size * layout.messageBytes(chunkElements(shape.count, size, layout.align));
+  const noReduce = { ...constants, gamma: 0 };
+  return pairwiseAllToAllCost({ size, bytes }, noReduce) + ringAllGatherCost({ size, bytes }, noReduce) +
+    computeSeconds;
 }
 
 /** A Float32Array over `bytes`, which must be 4-byte aligned. */

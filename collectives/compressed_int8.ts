@@ -21,19 +21,35 @@
  * @module
  */
 import {
-  chunkBounds,
-  chunkElements,
   type CompressedCall,
   type CompressedContext,
   type CompressedShape,
   floats,
   lcm,
+  twoPhaseAllReduce,
+  type TwoPhaseCodec,
+  twoPhaseCost,
+  type TwoPhaseLayout,
 } from "./_compressed.ts";
-import { type CostConstants, pairwiseAllToAllCost, ringAllGatherCost } from "../sim/cost_model.ts";
+import type { CostConstants } from "../sim/cost_model.ts";
 
-/** Bytes of one chunk's message: its int8 values, then its scales. */
-function messageBytes(chunk: number, blockSize: number): number {
-  return chunk + 4 * (chunk / blockSize);
+/** A chunk's message: its int8 values (one byte each, `chunk` of them), then its scales. */
+function int8Layout(blockSize: number): TwoPhaseLayout {
+  return { align: lcm(blockSize, 4), messageBytes: (chunk) => chunk + 4 * (chunk / blockSize) };
+}
+
+function int8Codec(ctx: CompressedContext, blockSize: number): TwoPhaseCodec {
+  const k = ctx.kernels;
+  const parts = (bytes: Uint8Array, at: number, chunk: number, n: number) => ({
+    q: new Int8Array(bytes.buffer, bytes.byteOffset + at, n),
+    scales: floats(bytes, at + chunk, Math.ceil(n / blockSize)),
+  });
+  return {
+    ...int8Layout(blockSize),
+    pack: (into, at, chunk, src) => k.quantizeInt8(src, { blockSize, ...parts(into, at, chunk, src.length) }),
+    unpack: (from, at, chunk, dst, accumulate) =>
+      k.dequantizeInt8(parts(from, at, chunk, dst.length), dst, { blockSize, accumulate }),
+  };
 }
 
 /**
@@ -43,53 +59,7 @@ function messageBytes(chunk: number, blockSize: number): number {
  * @param call The call (`blockSize`).
  */
 export async function int8AllReduce(ctx: CompressedContext, call: CompressedCall): Promise<void> {
-  const { size, rank, kernels: k } = ctx;
-  const { tensor, blockSize } = call;
-  const count = tensor.length;
-  const chunk = chunkElements(count, size, lcm(blockSize, 4));
-  const msg = messageBytes(chunk, blockSize);
-  const pack = (into: Uint8Array, at: number, src: Float32Array): void => {
-    if (src.length === 0) return;
-    k.quantizeInt8(src, {
-      blockSize,
-      q: new Int8Array(into.buffer, into.byteOffset + at, src.length),
-      scales: new Float32Array(into.buffer, into.byteOffset + at + chunk, Math.ceil(src.length / blockSize)),
-    });
-  };
-  const unpack = (from: Uint8Array, at: number, dst: Float32Array, accumulate: boolean): void => {
-    if (dst.length === 0) return;
-    k.dequantizeInt8(
-      {
-        q: new Int8Array(from.buffer, from.byteOffset + at, dst.length),
-        scales: new Float32Array(
-          from.buffer,
-          from.byteOffset + at + chunk,
-          Math.ceil(dst.length / blockSize),
-        ),
-      },
-      dst,
-      { blockSize, accumulate },
-    );
-  };
-
-  const send = ctx.scratch(size * msg), recv = ctx.scratch(size * msg);
-  for (let j = 0; j < size; j++) {
-    const [lo, hi] = chunkBounds(j, chunk, count);
-    pack(send, j * msg, tensor.subarray(lo, hi));
-  }
-  await ctx.allToAll(send, recv);
-
-  const [lo, hi] = chunkBounds(rank, chunk, count);
-  const sum = floats(ctx.scratch(4 * chunk), 0, hi - lo);
-  for (let i = 0; i < size; i++) unpack(recv, i * msg, sum, true);
-  if (call.average) k.divide(sum, size);
-  const mine = ctx.scratch(msg), all = ctx.scratch(size * msg);
-  pack(mine, 0, sum);
-  await ctx.allGather(mine, all);
-  for (let j = 0; j < size; j++) {
-    const [a, b] = chunkBounds(j, chunk, count);
-    unpack(all, j * msg, tensor.subarray(a, b), false);
-  }
+  await twoPhaseAllReduce(ctx, call, int8Codec(ctx, call.blockSize));
 }
 
 /**
@@ -106,9 +76,5 @@ export function int8AllReduceCost(
   constants: CostConstants,
   computeSeconds = 0,
 ): number {
-  const b = shape.blockSize ?? 256, n = shape.size;
-  const msg = messageBytes(chunkElements(shape.count, n, lcm(b, 4)), b);
-  const noReduce = { ...constants, gamma: 0 };
-  return pairwiseAllToAllCost({ size: n, bytes: n * msg }, noReduce) +
-    ringAllGatherCost({ size: n, bytes: n * msg }, noReduce) + computeSeconds;
+  return twoPhaseCost(shape, int8Layout(shape.blockSize ?? 256), constants, computeSeconds);
 }

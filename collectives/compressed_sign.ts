@@ -22,15 +22,44 @@
  * @module
  */
 import {
-  chunkBounds,
-  chunkElements,
   type CompressedCall,
   type CompressedContext,
   type CompressedShape,
   floats,
   lcm,
+  twoPhaseAllReduce,
+  type TwoPhaseCodec,
+  twoPhaseCost,
+  type TwoPhaseLayout,
 } from "./_compressed.ts";
-import { type CostConstants, pairwiseAllToAllCost, ringAllGatherCost } from "../sim/cost_model.ts";
+import type { CostConstants } from "../sim/cost_model.ts";
+
+/**
+ * A chunk's message: its sign bits (`chunk / 8` bytes), then its scales. Chunks are a multiple of 32, so
+ * the bits end on a byte and the scales start on 4 bytes. Without a residual (no error feedback), a zero
+ * one: nothing carries over.
+ */
+function signLayout(blockSize: number): TwoPhaseLayout {
+  return { align: lcm(blockSize, 32), messageBytes: (chunk) => chunk / 8 + 4 * (chunk / blockSize) };
+}
+
+function signCodec(ctx: CompressedContext, blockSize: number): TwoPhaseCodec {
+  const k = ctx.kernels;
+  const parts = (bytes: Uint8Array, at: number, chunk: number, n: number) => ({
+    bits: new Uint8Array(bytes.buffer, bytes.byteOffset + at, Math.ceil(n / 8)),
+    scales: floats(bytes, at + chunk / 8, Math.ceil(n / blockSize)),
+  });
+  return {
+    ...signLayout(blockSize),
+    pack: (into, at, chunk, src, residual) =>
+      k.signCompress(src, residual ?? floats(ctx.scratch(4 * src.length)), {
+        blockSize,
+        ...parts(into, at, chunk, src.length),
+      }),
+    unpack: (from, at, chunk, dst, accumulate) =>
+      k.signDecompress(parts(from, at, chunk, dst.length), dst, { blockSize, accumulate }),
+  };
+}
 
 /**
  * Averages (or sums) `call.tensor` over the ranks as signs and scales, with error feedback where
@@ -40,54 +69,7 @@ import { type CostConstants, pairwiseAllToAllCost, ringAllGatherCost } from "../
  * @param call The call (`blockSize`, a multiple of 8 keeps chunks byte-aligned).
  */
 export async function signAllReduce(ctx: CompressedContext, call: CompressedCall): Promise<void> {
-  const { size, rank, kernels: k } = ctx;
-  const { tensor, blockSize } = call;
-  const count = tensor.length;
-  // Chunks start on a byte of bits, and their scales on 4 bytes.
-  const chunk = chunkElements(count, size, lcm(blockSize, 32));
-  const bitBytes = chunk / 8;
-  const msg = bitBytes + 4 * (chunk / blockSize);
-  const pack = (into: Uint8Array, at: number, src: Float32Array, residual: Float32Array): void => {
-    if (src.length === 0) return;
-    k.signCompress(src, residual, {
-      blockSize,
-      bits: new Uint8Array(into.buffer, into.byteOffset + at, Math.ceil(src.length / 8)),
-      scales: floats(into, at + bitBytes, Math.ceil(src.length / blockSize)),
-    });
-  };
-  const unpack = (from: Uint8Array, at: number, dst: Float32Array, accumulate: boolean): void => {
-    if (dst.length === 0) return;
-    k.signDecompress(
-      {
-        bits: new Uint8Array(from.buffer, from.byteOffset + at, Math.ceil(dst.length / 8)),
-        scales: floats(from, at + bitBytes, Math.ceil(dst.length / blockSize)),
-      },
-      dst,
-      { blockSize, accumulate },
-    );
-  };
-
-  // Without error feedback, a zero residual every step: nothing carries over.
-  const residual = call.residual ?? floats(ctx.scratch(4 * count), 0, count);
-  const send = ctx.scratch(size * msg), recv = ctx.scratch(size * msg);
-  for (let j = 0; j < size; j++) {
-    const [lo, hi] = chunkBounds(j, chunk, count);
-    pack(send, j * msg, tensor.subarray(lo, hi), residual.subarray(lo, hi));
-  }
-  await ctx.allToAll(send, recv);
-
-  const [lo, hi] = chunkBounds(rank, chunk, count);
-  const sum = floats(ctx.scratch(4 * chunk), 0, hi - lo);
-  for (let i = 0; i < size; i++) unpack(recv, i * msg, sum, true);
-  if (call.average) k.divide(sum, size);
-  const server = call.serverResidual?.subarray(lo, hi) ?? floats(ctx.scratch(4 * chunk), 0, hi - lo);
-  const mine = ctx.scratch(msg), all = ctx.scratch(size * msg);
-  pack(mine, 0, sum, server);
-  await ctx.allGather(mine, all);
-  for (let j = 0; j < size; j++) {
-    const [a, b] = chunkBounds(j, chunk, count);
-    unpack(all, j * msg, tensor.subarray(a, b), false);
-  }
+  await twoPhaseAllReduce(ctx, call, signCodec(ctx, call.blockSize), call.residual, call.serverResidual);
 }
 
 /**
@@ -104,10 +86,5 @@ export function signAllReduceCost(
   constants: CostConstants,
   computeSeconds = 0,
 ): number {
-  const b = shape.blockSize ?? 256, n = shape.size;
-  const chunk = chunkElements(shape.count, n, lcm(b, 32));
-  const msg = chunk / 8 + 4 * (chunk / b);
-  const noReduce = { ...constants, gamma: 0 };
-  return pairwiseAllToAllCost({ size: n, bytes: n * msg }, noReduce) +
-    ringAllGatherCost({ size: n, bytes: n * msg }, noReduce) + computeSeconds;
+  return twoPhaseCost(shape, signLayout(shape.blockSize ?? 256), constants, computeSeconds);
 }

@@ -446,6 +446,11 @@ export class CpuProcessGroup extends GroupFront {
     await this.#onClose?.(failed);
   }
 
+  /** The communication Worker casts and compresses. */
+  protected override get codecThread(): boolean {
+    return true;
+  }
+
   protected execute(call: CallRecord): Work {
     const { collective, timeoutMs, signal } = call;
     const algorithm = call.algorithm;

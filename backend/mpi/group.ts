@@ -47,14 +47,7 @@
  * @module
  */
 import { checkGroupRanks } from "../_checks.ts";
-import {
-  type CallRecord,
-  type Collective,
-  compressionUnsupported,
-  GroupFront,
-  narrowUnsupported,
-  VERB,
-} from "../_front.ts";
+import { type CallRecord, type Collective, GroupFront, VERB } from "../_front.ts";
 import type { DType, TypedArray } from "../../core/dtype.ts";
 import { DistError, MismatchError, UnsupportedError } from "../../core/errors.ts";
 import {
@@ -223,8 +216,6 @@ export class MpiProcessGroup extends GroupFront {
    * @throws {RangeError} If an out-of-place collective has more than 2^31 - 1 elements per rank.
    */
   protected execute(call: CallRecord): Work {
-    if (call.commDtype !== undefined) throw narrowUnsupported("mpi");
-    if (call.compression !== undefined) throw compressionUnsupported("mpi");
     switch (call.collective) {
       case "allReduce":
       case "broadcast":

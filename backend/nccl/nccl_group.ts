@@ -17,14 +17,7 @@
  * @module
  */
 import { checkGroupRanks } from "../_checks.ts";
-import {
-  type CallRecord,
-  type Collective,
-  compressionUnsupported,
-  GroupFront,
-  narrowUnsupported,
-  VERB,
-} from "../_front.ts";
+import { type CallRecord, type Collective, GroupFront, VERB } from "../_front.ts";
 import { type DType, dtypeSize, type ReduceOp, type TypedArray } from "../../core/dtype.ts";
 import { DistError, UnsupportedError } from "../../core/errors.ts";
 import { MemcpyKind, MemoryType } from "../../ffi/cudart/constants.ts";
@@ -254,8 +247,6 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
    * @returns Its Work.
    */
   protected execute(call: CallRecord): NcclWork {
-    if (call.commDtype !== undefined) throw narrowUnsupported("nccl");
-    if (call.compression !== undefined) throw compressionUnsupported("nccl");
     const { collective, dtype, root } = call;
     const what = VERB[collective];
     const scale = (call.options as NcclReduceOptions).scale;
