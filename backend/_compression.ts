@@ -5,27 +5,24 @@
  * @module
  */
 import type { DType, ReduceOp } from "../core/dtype.ts";
-import { type Codec, CODECS, type MatrixSpan, powerSgdSizes } from "../collectives/_compressed.ts";
+import {
+  type Codec,
+  CODECS,
+  type CompressedCall,
+  type MatrixSpan,
+  powerSgdSizes,
+} from "../collectives/_compressed.ts";
 import type { Compression } from "./process_group.ts";
 
-/** A checked compression, its defaults filled in. */
-export interface CheckedCompression {
+/**
+ * A checked compression, its defaults filled in: the codec's sizes and state as a codec takes them
+ * (`CompressedCall`; `k`, `rank` are 0 and `matrices` empty where the codec has none), and where it runs.
+ */
+export interface CheckedCompression
+  extends
+    Pick<CompressedCall, "blockSize" | "k" | "rank" | "matrices" | "residual" | "serverResidual" | "q"> {
   /** The codec. */
   readonly codec: Codec;
-  /** Elements per scale (int8, sign; 256 otherwise unused). */
-  readonly blockSize: number;
-  /** Elements per rank (top-k; 0 otherwise). */
-  readonly k: number;
-  /** The rank (PowerSGD; 0 otherwise). */
-  readonly rank: number;
-  /** The matrices (PowerSGD; empty otherwise). */
-  readonly matrices: readonly MatrixSpan[];
-  /** Error feedback of this rank. */
-  readonly residual?: Float32Array;
-  /** Error feedback of the chunk this rank reduces (sign). */
-  readonly serverResidual?: Float32Array;
-  /** PowerSGD's Q. */
-  readonly q?: Float32Array;
   /** Compress only between hosts. */
   readonly interHost: boolean;
 }

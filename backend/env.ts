@@ -195,3 +195,26 @@ export function parseInitMethod(url: string): { hostname?: string; port?: number
 export function isLoopback(host: string): boolean {
   return /^(127\.|localhost$|::1$)/.test(host);
 }
+
+/**
+ * The address a rank's TCP listener publishes when none is given: loopback when the master is, else this
+ * machine's first non-loopback IPv4 address (its address in its network namespace, on the emulated
+ * cluster).
+ *
+ * @param master The master's (the store's) address.
+ * @returns The address.
+ *
+ * @example
+ * ```ts
+ * import { defaultHostname } from "./env.ts";
+ * import assert from "node:assert/strict";
+ * assert.equal(defaultHostname("127.0.0.1"), "127.0.0.1");
+ * ```
+ */
+export function defaultHostname(master: string): string {
+  if (isLoopback(master)) return "127.0.0.1";
+  for (const nic of Deno.networkInterfaces()) {
+    if (nic.family === "IPv4" && !nic.address.startsWith("127.")) return nic.address;
+  }
+  return "127.0.0.1";
+}

@@ -16,7 +16,7 @@ import type { Transport } from "../transport/transport.ts";
 import { DESC_BYTES } from "../transport/transport.ts";
 import { kernels } from "../wasm/kernels.ts";
 import { Reducer } from "../backend/cpu/_reducer.ts";
-import { isLoopback, rankInfo } from "../backend/env.ts";
+import { defaultHostname, rankInfo } from "../backend/env.ts";
 
 const kind = Deno.args[0];
 // `tcp ring`: every rank sends to the next and receives from the previous at once (the steady state of a
@@ -30,11 +30,7 @@ const client = await TcpStore.connect({ hostname: info.masterAddr, port: info.ma
 const store = new PrefixStore(`calibrate-${kind}`, client);
 const common = { rank: info.rank, size: info.worldSize, timeoutMs: 60_000 };
 // Across hosts (the emulated cluster of bench/network.ts), each rank listens on its own address.
-const hostname = isLoopback(info.masterAddr ?? "127.0.0.1")
-  ? "127.0.0.1"
-  : Deno.networkInterfaces().find((nic) => nic.family === "IPv4" && !nic.address.startsWith("127."))
-    ?.address ??
-    "127.0.0.1";
+const hostname = defaultHostname(info.masterAddr ?? "127.0.0.1");
 const transport: Transport = kind === "tcp"
   ? await TcpTransport.connect(store, { ...common, hostname })
   : await ShmTransport.connect(store, common);

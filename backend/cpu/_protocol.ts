@@ -9,7 +9,7 @@ import type { DType, ReduceOp } from "../../core/dtype.ts";
 import type { SegmentState } from "../../collectives/segment_context.ts";
 import type { SegmentAddress, SegmentLayout } from "../../transport/segment.ts";
 import type { WorkReport } from "../work.ts";
-import type { Codec, MatrixSpan } from "../../collectives/_compressed.ts";
+import type { CheckedCompression } from "../_compression.ts";
 
 export { type Collective, COLLECTIVES } from "../_front.ts";
 import type { Collective } from "../_front.ts";
@@ -89,25 +89,13 @@ export interface OpRequest {
 }
 
 /** A compressed all-reduce's codec and the caller's arrays that hold its state across steps. */
-export interface CompressionRequest {
-  /** The codec. */
-  codec: Codec;
-  /** Elements per scale (int8, sign). */
-  blockSize: number;
-  /** Elements each rank sends (top-k). */
-  k: number;
-  /** The approximation's rank (PowerSGD). */
-  rank: number;
-  /** The matrices (PowerSGD). */
-  matrices: MatrixSpan[];
+export interface CompressionRequest extends Omit<CheckedCompression, "residual" | "serverResidual" | "q"> {
   /** The error feedback of this rank, by address. */
   residual?: PointerRegion;
   /** The sign codec's server-side error feedback, by address. */
   serverResidual?: PointerRegion;
   /** PowerSGD's Q, by address. */
   q?: PointerRegion;
-  /** Compress only between hosts (the ranks of a host sum on its first rank first). */
-  interHost?: boolean;
 }
 
 /** How the engine connects. */

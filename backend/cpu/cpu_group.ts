@@ -496,17 +496,7 @@ export class CpuProcessGroup extends GroupFront {
       const submitted = engine.submit({
         ...request,
         input: input ? pointerRegion(input) : undefined,
-        compression: {
-          codec: c.codec,
-          blockSize: c.blockSize,
-          k: c.k,
-          rank: c.rank,
-          matrices: [...c.matrices],
-          residual: at(c.residual),
-          serverResidual: at(c.serverResidual),
-          q: at(c.q),
-          interHost: c.interHost,
-        },
+        compression: { ...c, residual: at(c.residual), serverResidual: at(c.serverResidual), q: at(c.q) },
       }, signal);
       return new Work(
         submitted.then((report) => keepAlive(report, input, c.residual, c.serverResidual, c.q)),

@@ -9,7 +9,7 @@
 import { SYS_MREMAP } from "../../ffi/libc/libc.ts";
 import { checkSegmentLayout, DEFAULT_SEGMENT_LAYOUT, type SegmentLayout } from "../../transport/segment.ts";
 import { environment, Rendezvous } from "../_rendezvous.ts";
-import { isLoopback } from "../env.ts";
+import { defaultHostname } from "../env.ts";
 import type { InitOptions } from "../init.ts";
 import { CpuProcessGroup, EngineHandle } from "./cpu_group.ts";
 
@@ -78,15 +78,6 @@ function segmentConfig(
     }
   }
   return { layout, options };
-}
-
-/** The address a rank's TCP listener publishes by default: loopback for a loopback master, else a NIC's. */
-function defaultHostname(master: string): string {
-  if (isLoopback(master)) return "127.0.0.1";
-  for (const nic of Deno.networkInterfaces()) {
-    if (nic.family === "IPv4" && !nic.address.startsWith("127.")) return nic.address;
-  }
-  return "127.0.0.1";
 }
 
 /**

@@ -26,7 +26,7 @@ import {
   sameDescriptor,
 } from "./_descriptor.ts";
 import type { CompressionRequest, OpRequest, PointerRegion, Region } from "./_protocol.ts";
-import { type CodecKernels, CODECS, type CompressedContext } from "../../collectives/_compressed.ts";
+import { type CodecKernels, CODECS, type CompressedContext, floats } from "../../collectives/_compressed.ts";
 import { COMPRESSED_ALL_REDUCE } from "../../collectives/mod.ts";
 import { compressionKernels } from "../../wasm/compress.ts";
 import { kernels as loadKernels } from "../../wasm/kernels.ts";
@@ -381,7 +381,7 @@ export class Engine {
     const kernels = await (this.#codecKernels ??= codecKernels());
     const f32 = (region: OpRequest["input"]): Float32Array | undefined => {
       const v = this.#view(region);
-      return v && new Float32Array(v.buffer, v.byteOffset, v.byteLength / 4);
+      return v && floats(v);
     };
     const tensor = f32(op.input) as Float32Array;
     const code = CODECS.indexOf(c.codec) + 1;
@@ -436,7 +436,7 @@ export class Engine {
     try {
       // Between hosts only: the host's sum on its first rank (over the host's links, uncompressed), the
       // codec among the first ranks, then the result back to the host.
-      const staged = split && floats32(scratch.take(tensor.byteLength));
+      const staged = split && floats(scratch.take(tensor.byteLength));
       if (split && staged) {
         staged.set(tensor);
         const bytes = new Uint8Array(staged.buffer, staged.byteOffset, staged.byteLength);
@@ -664,11 +664,6 @@ function mismatch(from: number, theirs: CallDescriptor, me: number, mine: CallDe
   return new MismatchError(
     `Mismatched calls: rank ${from} ${call(theirs, from)} but rank ${me} ${call(mine, me)}`,
   );
-}
-
-/** A Float32Array over zeroed scratch bytes. */
-function floats32(bytes: Uint8Array): Float32Array {
-  return new Float32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 4);
 }
 
 /** The codecs' kernels on this thread: the compression kernels and the BLAS-like ones. */

@@ -9,17 +9,10 @@
 import assert from "node:assert/strict";
 import { spawnThreads } from "../../backend/threads.ts";
 import { init } from "../../backend/init.ts";
+import { launchedResults } from "../_util/launched.ts";
+import type { CaseResult } from "./_fixtures/compressed_rank.ts";
 
 const FIXTURE = new URL("./_fixtures/compressed_rank.ts", import.meta.url);
-const LAUNCH = new URL("../../cli/launch.ts", import.meta.url).pathname;
-
-interface CaseResult {
-  name: string;
-  failures: string[];
-  hashes: number[];
-  reports: { bytes: number; bytesSent: number; algorithm: string; compression?: string }[];
-  identity?: number;
-}
 
 function check(results: CaseResult[][], transport: string): void {
   const n = results.length;
@@ -65,17 +58,10 @@ for (const [transport, ranks] of [["shm", 4], ["tcp", 3], ["hybrid", 5]] as cons
     ? "between hosts only (interHost), hosts a,a,a,b,b"
     : `over ${transport}`;
   Deno.test(`compressed all-reduce on ${ranks} processes ${what}`, async () => {
-    const out = await new Deno.Command(Deno.execPath(), {
-      args: ["run", "-A", LAUNCH, "--nproc-per-node", String(ranks), FIXTURE.pathname],
-      env: transport === "hybrid" ? { DCOMM_HOST_OF: "a,a,a,b,b" } : { DCOMM_TRANSPORT: transport },
-      stdout: "piped",
-      stderr: "piped",
-      signal: AbortSignal.timeout(180_000),
-    }).output();
-    const text = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
-    assert.equal(out.code, 0, text.slice(-3000));
-    const results = [...text.matchAll(/RESULT (\[.*\])/g)].map((m) => JSON.parse(m[1]) as CaseResult[]);
-    assert.equal(results.length, ranks, text.slice(-3000));
+    const env: Record<string, string> = transport === "hybrid"
+      ? { DCOMM_HOST_OF: "a,a,a,b,b" }
+      : { DCOMM_TRANSPORT: transport };
+    const results = await launchedResults<CaseResult[]>(FIXTURE.pathname, ranks, env, 180_000);
     check(results, transport === "shm" ? "segment" : transport);
     if (transport === "hybrid") {
       for (const r of results) {

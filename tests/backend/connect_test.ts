@@ -6,28 +6,14 @@
  */
 import assert from "node:assert/strict";
 import { hostIdentity } from "../../backend/cpu/_connect.ts";
+import { launchedResults } from "../_util/launched.ts";
 import { chooseAlgorithm } from "../../collectives/mod.ts";
 import { DEFAULT_SHM_CONSTANTS, DEFAULT_TCP_CONSTANTS } from "../../sim/cost_model.ts";
 
 const FIXTURE = new URL("./_fixtures/hybrid_rank.ts", import.meta.url).pathname;
-const LAUNCH = new URL("../../cli/launch.ts", import.meta.url).pathname;
 
-async function run(hostOf: string): Promise<Record<string, unknown>[]> {
-  const ranks = hostOf.split(",").length;
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", LAUNCH, "--nproc-per-node", String(ranks), FIXTURE],
-    env: { DCOMM_HOST_OF: hostOf },
-    stdout: "piped",
-    stderr: "piped",
-    signal: AbortSignal.timeout(120_000),
-  }).output();
-  const text = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
-  assert.equal(out.code, 0, text.slice(-3000));
-  const results = [...text.matchAll(/RESULT (\{.*\})/g)].map((m) =>
-    JSON.parse(m[1]) as Record<string, unknown>
-  );
-  assert.equal(results.length, ranks, text.slice(-3000));
-  return results;
+function run(hostOf: string): Promise<Record<string, unknown>[]> {
+  return launchedResults(FIXTURE, hostOf.split(",").length, { DCOMM_HOST_OF: hostOf });
 }
 
 for (const hostOf of ["a,a,b,b", "a,a,a,b,b", "a,b,c"]) {

@@ -7,9 +7,9 @@
 import assert from "node:assert/strict";
 import { spawnThreads } from "../../backend/threads.ts";
 import { init } from "../../backend/init.ts";
+import { launchedResults } from "../_util/launched.ts";
 
 const FIXTURE = new URL("./_fixtures/narrow_rank.ts", import.meta.url);
-const LAUNCH = new URL("../../cli/launch.ts", import.meta.url).pathname;
 
 interface Result {
   failures: string[];
@@ -35,17 +35,7 @@ for (const ranks of [2, 3]) {
 }
 
 Deno.test("commDtype on 2 processes through the host segment", async () => {
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", LAUNCH, "--nproc-per-node", "2", FIXTURE.pathname],
-    env: { DCOMM_TRANSPORT: "shm" },
-    stdout: "piped",
-    stderr: "piped",
-    signal: AbortSignal.timeout(120_000),
-  }).output();
-  const text = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
-  assert.equal(out.code, 0, text.slice(-3000));
-  const results = [...text.matchAll(/RESULT (\{.*\})/g)].map((m) => JSON.parse(m[1]) as Result);
-  assert.equal(results.length, 2, text.slice(-3000));
+  const results = await launchedResults<Result>(FIXTURE.pathname, 2, { DCOMM_TRANSPORT: "shm" });
   check(results, 2);
   for (const r of results) {
     assert.ok(r.reports.every((rep) => rep.algorithm === "segment"), JSON.stringify(r.reports));

@@ -20,6 +20,7 @@ import { init } from "../../../backend/init.ts";
 import type { Compression, ProcessGroup } from "../../../backend/process_group.ts";
 import type { WorkReport } from "../../../backend/work.ts";
 import { MismatchError } from "../../../core/errors.ts";
+import { applyHostOf } from "../../_util/launched.ts";
 
 /** One case of the tests. */
 interface Case {
@@ -120,7 +121,7 @@ function hash(a: Float32Array): number {
 }
 
 /** What one case found on this rank. */
-interface CaseResult {
+export interface CaseResult {
   name: string;
   failures: string[];
   hashes: number[];
@@ -311,10 +312,9 @@ export async function main(pg: ProcessGroup, ctx?: { args: unknown }): Promise<u
 
 if (import.meta.main) {
   // DCOMM_HOST_OF="a,a,b,b": rank r's host, for the between-hosts cases.
-  const hostOf = Deno.env.get("DCOMM_HOST_OF");
-  if (hostOf) Deno.env.set("DCOMM_HOST_ID", hostOf.split(",")[Number(Deno.env.get("RANK"))]);
+  const hosts = applyHostOf();
   await using pg = await init();
   console.log(
-    `RESULT ${JSON.stringify(await main(pg, { args: { scenario: hostOf ? "interhost" : "values" } }))}`,
+    `RESULT ${JSON.stringify(await main(pg, { args: { scenario: hosts ? "interhost" : "values" } }))}`,
   );
 }

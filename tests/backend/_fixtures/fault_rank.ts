@@ -10,12 +10,12 @@
  * Every rank prints `FAILED <name> <ms> <message>` when its call fails, or `DONE`.
  */
 import { init } from "../../../backend/init.ts";
+import { applyHostOf } from "../../_util/launched.ts";
 import { DistributedDataParallel, signCompressHook } from "../../../ddp/mod.ts";
 
 const [mode, variant = "count"] = Deno.args;
 // Hosts told apart by DCOMM_HOST_ID ("a,a,b,b": rank r's host), for the hybrid transport's case.
-const hostOf = Deno.env.get("DCOMM_HOST_OF");
-if (hostOf) Deno.env.set("DCOMM_HOST_ID", hostOf.split(",")[Number(Deno.env.get("RANK"))]);
+applyHostOf();
 const algorithm = Deno.env.get("FAULT_ALGORITHM") ?? "ring";
 const pg = await init({ timeoutMs: Number(Deno.env.get("FAULT_TIMEOUT_MS") ?? 60_000) });
 const t0 = performance.now();

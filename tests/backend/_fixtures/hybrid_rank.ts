@@ -6,10 +6,9 @@
  * @module
  */
 import { init } from "../../../backend/init.ts";
+import { applyHostOf } from "../../_util/launched.ts";
 
-const hosts = (Deno.env.get("DCOMM_HOST_OF") ?? "").split(",");
-const rank = Number(Deno.env.get("RANK"));
-Deno.env.set("DCOMM_HOST_ID", hosts[rank]);
+applyHostOf();
 await using pg = await init();
 const n = pg.size;
 const out: Record<string, unknown> = { rank: pg.rank };

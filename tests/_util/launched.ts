@@ -1,0 +1,51 @@
+/**
+ * Test helpers for ranks started by the launcher: run a fixture on N processes and take each rank's
+ * `RESULT {json}` line, and the fixtures' side: hosts told apart by `DCOMM_HOST_OF`.
+ *
+ * @module
+ */
+import assert from "node:assert/strict";
+
+const LAUNCH = new URL("../../cli/launch.ts", import.meta.url).pathname;
+
+/**
+ * Runs `fixture` on `ranks` processes of the launcher and returns what each printed after `RESULT `
+ * (parsed), failing with the output's tail if the launcher fails or a rank printed none.
+ *
+ * @param fixture The script's path.
+ * @param ranks Processes.
+ * @param env Their environment.
+ * @param timeoutMs How long the run may take.
+ * @returns One result per rank, in the order printed.
+ */
+export async function launchedResults<T>(
+  fixture: string,
+  ranks: number,
+  env: Record<string, string> = {},
+  timeoutMs = 120_000,
+): Promise<T[]> {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", LAUNCH, "--nproc-per-node", String(ranks), fixture],
+    env,
+    stdout: "piped",
+    stderr: "piped",
+    signal: AbortSignal.timeout(timeoutMs),
+  }).output();
+  const text = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
+  assert.equal(out.code, 0, text.slice(-3000));
+  const results = [...text.matchAll(/RESULT (.*)$/gm)].map((m) => JSON.parse(m[1]) as T);
+  assert.equal(results.length, ranks, text.slice(-3000));
+  return results;
+}
+
+/**
+ * For a fixture of the hybrid-transport tests: `DCOMM_HOST_OF` ("a,a,b,b", rank r's host) becomes this
+ * rank's `DCOMM_HOST_ID`, before `init()`. Nothing without it.
+ *
+ * @returns Whether hosts were set.
+ */
+export function applyHostOf(): boolean {
+  const hostOf = Deno.env.get("DCOMM_HOST_OF");
+  if (hostOf) Deno.env.set("DCOMM_HOST_ID", hostOf.split(",")[Number(Deno.env.get("RANK"))]);
+  return hostOf !== undefined && hostOf !== "";
+}
