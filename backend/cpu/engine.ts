@@ -43,6 +43,8 @@ interface GroupState {
   index: number;
   /** Calls issued in this group so far. */
   seq: number;
+  /** The host of each member (the world's host map in group order), or undefined where unknown. */
+  hosts: readonly number[] | undefined;
   /** Point-to-point messages sent to / received from each group rank so far. */
   sent: Map<number, number>;
   received: Map<number, number>;
@@ -122,6 +124,7 @@ export class Engine {
       id,
       ranks,
       index: ranks.indexOf(this.#transport.rank),
+      hosts: this.#hosts && ranks.map((r) => (this.#hosts as readonly number[])[r]),
       seq: 0,
       sent: new Map(),
       received: new Map(),
@@ -223,7 +226,7 @@ export class Engine {
     const elemSize = dtypeSize(op.dtype);
     const bytes = op.count * elemSize;
     const segment = this.#segment !== undefined && SegmentExecutor.groupFits(group.id);
-    const hosts = this.#hosts && group.ranks.map((r) => (this.#hosts as readonly number[])[r]);
+    const hosts = group.hosts;
     const algorithm = resolveAlgorithm(op.collective, op.algorithm, {
       bytes: modelBytes(op, elemSize, size),
       size,
