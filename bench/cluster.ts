@@ -30,9 +30,13 @@ export interface ClusterOptions {
   /** Each link's one-way latency, as tc writes it (`50us`); half of it on each end. */
   delay: string;
   /**
-   * tbf's bucket in bytes, and the largest packet (GSO) the veths send. @default 16 KiB up to 1 Gb/s, 64 KiB
-   * above
+   * The largest packet (GSO) the veths send, in bytes. @default the largest power of two within 600 µs of
+   * the rate, in 4-64 KiB (4 KiB at 100 Mb/s, 64 KiB from 1 Gb/s)
    */
+  gso?: number;
+  /** How late the shaper may be dequeued without the link losing rate, in ms (see `burst`). @default 0.5 */
+  jitterMs?: number;
+  /** tbf's bucket in bytes. @default one `gso` packet plus `jitterMs` of the rate */
   burst?: number;
 }
 
@@ -145,12 +149,19 @@ export async function createCluster(options: ClusterOptions): Promise<Cluster> {
   // sch_netem), tbf limits the rate.
   const half = halfDelay(options.delay);
   const bytesPerSecond = rateBytes(options.rate);
-  // The bucket, and the largest packet the veths hand down at once (GSO), which must fit in it: 16 KiB up to
-  // 1 Gb/s (about 130 µs of the rate, so messages of a few KiB already feel it), 64 KiB above (a smaller one
-  // costs more CPU per byte than this machine has). Measured here at 1 Gb/s: a 64 KiB message one way in
-  // 548 µs (the rate alone: 524), 1 MiB in 9.0 ms (8.4).
-  const gso = options.burst ?? (bytesPerSecond <= 125e6 ? 16384 : 65536);
-  const burst = String(gso);
+  // The largest packet the veths hand down at once (GSO), and tbf's bucket. A bucket of one packet loses
+  // tokens whenever the qdisc is dequeued late (its timer's softirq waits for a CPU), and it is dequeued late
+  // all the time on a busy machine: measured here with iperf3, every host sending to the next at 1 Gb/s,
+  // buckets of one 64 KiB packet gave 216 MB/s on 8 hosts in all and 155 on 2 (both ways), where a bucket of
+  // two gave 950 and 238, the links' rate. So the bucket is one packet plus `jitterMs` of the rate (0.5 ms:
+  // 441-449 MB/s of 500 on 4 hosts at 1 Gb/s with three busy loops competing for the two cores), and the
+  // packet at most 600 µs of the rate (4 KiB at 100 Mb/s, 64 KiB from 1 Gb/s): messages of a few packets
+  // feel the rate, and 8 hosts at 1 Gb/s do not run out of CPU per packet (iperf3 on 8 hosts: 950 MB/s in
+  // all with 64 KiB packets, 807 with 32 KiB, 500 with 16 KiB). What the bucket lets out at once after an
+  // idle link (126 KiB at 1 Gb/s, 10 KiB at 100 Mb/s) goes faster than the rate: small messages between
+  // quiet hosts are quicker than on a real link.
+  const gso = options.gso ?? gsoFor(bytesPerSecond);
+  const burst = String(options.burst ?? Math.ceil(gso + bytesPerSecond * (options.jitterMs ?? 0.5) / 1e3));
   const shape = async (ns: string, dev: string): Promise<void> => {
     const tc = ["netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root"];
     if (shaping === "netem") {
@@ -194,6 +205,13 @@ export function rateBytes(rate: string): number {
     throw new RangeError(`Invalid rate: expected a number with kbit, mbit or gbit (1gbit), found "${rate}"`);
   }
   return (Number(m[1]) * { kbit: 1e3, mbit: 1e6, gbit: 1e9 }[m[2] as "kbit"]) / 8;
+}
+
+/** The veths' largest packet for a rate: the largest power of two within 600 µs of it, within 4-64 KiB. */
+export function gsoFor(bytesPerSecond: number): number {
+  let gso = 4096;
+  while (gso < 65536 && gso * 2 <= bytesPerSecond * 600e-6) gso *= 2;
+  return gso;
 }
 
 /** Half of a tc time (`50us` → `25us`). */

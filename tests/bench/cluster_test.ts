@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import {
   clusterUnavailable,
   createCluster,
+  gsoFor,
   namespacePids,
   namespacesWith,
   runOnCluster,
@@ -27,6 +28,20 @@ async function qdiscs(ns: string, dev: string): Promise<string> {
   return new TextDecoder().decode(out.stdout);
 }
 
+async function gso(ns: string, dev: string): Promise<string> {
+  const out = await new Deno.Command("ip", { args: ["-n", ns, "-d", "link", "show", dev], stdout: "piped" })
+    .output();
+  return new TextDecoder().decode(out.stdout);
+}
+
+Deno.test("gsoFor() takes the largest power of two within 600 µs of the rate, 4-64 KiB", () => {
+  assert.equal(gsoFor(12.5e6), 4096); // 100 Mb/s: 7.5 KB
+  assert.equal(gsoFor(25e6), 8192); // 200 Mb/s: 15 KB
+  assert.equal(gsoFor(125e6), 65536); // 1 Gb/s: 75 KB
+  assert.equal(gsoFor(1.25e9), 65536); // 10 Gb/s: capped
+  assert.equal(gsoFor(1e6), 4096); // 8 Mb/s: the floor
+});
+
 gatedTest(
   "2 hosts × 2 ranks: shaped links, shm within a host, TCP between, the sums right, nothing left after",
   { missing },
@@ -37,10 +52,15 @@ gatedTest(
         await namespacesWith(cluster.tag),
         [...cluster.namespaces, cluster.switchNamespace].sort(),
       );
-      // Both ends of every link are shaped.
+      // Both ends of every link are shaped; tbf's bucket holds a packet and 0.5 ms of the rate (8 KiB +
+      // 12.5 KB at 200 Mb/s), the packets are 8 KiB.
       for (const [h, ns] of cluster.namespaces.entries()) {
-        assert.match(await qdiscs(ns, "eth0"), /(netem|tbf).*rate 200Mbit/);
-        assert.match(await qdiscs(cluster.switchNamespace, `p${h}`), /(netem|tbf).*rate 200Mbit/);
+        for (const text of [await qdiscs(ns, "eth0"), await qdiscs(cluster.switchNamespace, `p${h}`)]) {
+          assert.match(text, /(netem|tbf).*rate 200Mbit/);
+          if (cluster.shaping === "tbf") assert.match(text, / burst 20692b /);
+        }
+        assert.match(await gso(ns, "eth0"), /gso_max_size 8192 /);
+        assert.match(await gso(cluster.switchNamespace, `p${h}`), /gso_max_size 8192 /);
       }
       const runs = await runOnCluster(cluster, 2, [FIXTURE], { timeoutMs: 120_000 });
       for (const r of runs) assert.equal(r.code, 0, r.output.slice(-2000));
