@@ -14,9 +14,11 @@
  *
  * Cost (sim/cost_model.ts `treeAllReduceCost`, `doubleTreeAllReduceCost`), c = chunk bytes, k chunks,
  * w = the busiest rank's messages per chunk each way (1 for n = 2, 2 for n = 3, 3 beyond), f = children
- * reduced per chunk (1 for n ≤ 3, 2 beyond):
- *   tree:        T = 2D·(α + cβ) + D·cγ + (k−1)·(w·(α + cβ) + f·cγ),  c = min(chunkBytes, m), k = ⌈m/chunkBytes⌉
- *   double tree: T = 2D·(α + 2cβ) + D·cγ + (k−1)·((w+1)·(α + cβ) + f·cγ), with m/2 per tree
+ * reduced per chunk (1 for n ≤ 3, 2 beyond), F = the first chunk's load on the busiest link summed over
+ * the levels on its way up (2 at a parent with two children, 1 at the root's single child: 3 for n = 4,
+ * 5 for n = 8), the same on its way down:
+ *   tree:        T = 2D·α + 2F·cβ + F·cγ + (k−1)·(w·(α + cβ) + f·cγ),  c = min(chunkBytes, m), k = ⌈m/chunkBytes⌉
+ *   double tree: T = 2D·α + 2F·cβ + F·cγ + (k−1)·((w+1)·(α + cβ) + f·cγ), with m/2 per tree
  *
  * The root of each tree computes every element once and the others copy it, so all ranks end with the
  * same bits.

@@ -93,6 +93,18 @@ Deno.test("doubleTreeAllReduceCost() approaches half the tree's bandwidth term f
   assert.ok(Math.abs(tree / m - 3) < 0.01 && Math.abs(dtree / m - 2) < 0.01, `${tree / m} ${dtree / m}`);
 });
 
+Deno.test("tree costs: one chunk climbs and comes back at 2 per level where a parent has two children", () => {
+  const k = { alpha: 0, beta: 1, gamma: 0 };
+  const m = 1 << 20;
+  const one = (size: number): number => treeAllReduceCost({ size, bytes: m, chunkBytes: Infinity }, k) / m;
+  // n = 2: up 1, down 1; n = 3: rank 2 has one child (1 + 1 each way); n = 4: rank 2 takes ranks 1 and 3,
+  // then the root's one child (2 + 1); n = 8: 2 + 2 + 1.
+  assert.deepEqual([one(2), one(3), one(4), one(8)], [2, 4, 6, 10]);
+  // The double tree's halves climb at once on different links: half the bytes, the same levels.
+  const two = doubleTreeAllReduceCost({ size: 4, bytes: m, chunkBytes: Infinity }, k) / m;
+  assert.equal(two, 3);
+});
+
 Deno.test("disseminationBarrierCost() is ⌈log2 n⌉ latencies", () => {
   for (const [n, rounds] of [[1, 0], [2, 1], [3, 2], [8, 3], [9, 4]]) {
     assert.equal(disseminationBarrierCost({ size: n, bytes: 0 }, UNIT), rounds);
