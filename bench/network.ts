@@ -45,6 +45,8 @@ const { values: flags } = parseArgs({
     "big-rate": { type: "string", default: "1gbit" },
     "big-hosts": { type: "string", default: "2" },
     seconds: { type: "string", default: "0.3" },
+    /** The algorithms of step 2 (every one by default). */
+    algorithms: { type: "string" },
     "ps-servers": { type: "string", default: "1,2" },
     out: { type: "string", default: new URL("./results/network.json", import.meta.url).pathname },
     plots: { type: "string", default: new URL("../docs/plots/", import.meta.url).pathname },
@@ -76,19 +78,33 @@ interface Row {
   busbw: number;
 }
 
-async function calibrate(rate: string, hosts: number): Promise<CostConstants> {
+/** What the links give, fitted on the layout of a study run: between hosts, and within a host. */
+interface Fitted {
+  /** The constants between hosts; β per link (the measured per-rank β over the ranks sharing a link). */
+  tcp: CostConstants;
+  /** The constants of the shared-memory hops within a host, under the same load (one rank per host: the machine's). */
+  shm: CostConstants;
+}
+
+async function calibrate(rate: string, hosts: number, ranksPerHost: number): Promise<Fitted> {
   const cluster = await createCluster({ hosts, rate, delay: DELAY });
   try {
-    const args = [`${here}_calibrate_rank.ts`, "tcp", ...(hosts > 2 ? ["ring"] : [])];
-    const runs = await runOnCluster(cluster, 1, args, { timeoutMs: 300_000 });
+    const args = [`${here}_calibrate_rank.ts`, "tcp", "ring"];
+    const runs = await runOnCluster(cluster, ranksPerHost, args, { timeoutMs: 300_000 });
     const text = runs.map((r) => r.output).join("\n");
     const m = /CALIBRATION (.*)$/m.exec(text);
     if (!m || runs.some((r) => r.code !== 0)) {
-      throw new Error(`Calibration at ${rate} failed:\n${text.slice(-3000)}`);
+      throw new Error(
+        `Calibration at ${rate} on ${hosts} hosts × ${ranksPerHost} failed:\n${text.slice(-3000)}`,
+      );
     }
-    const { samples, gamma } = JSON.parse(m[1]);
-    const { alpha, beta } = fitConstants(samples);
-    return { alpha, beta, gamma };
+    const { samples, intra, gamma } = JSON.parse(m[1]);
+    const between = fitConstants(samples);
+    const within = intra ? fitConstants(intra) : DEFAULT_SHM_CONSTANTS;
+    return {
+      tcp: { alpha: between.alpha, beta: between.beta / ranksPerHost, gamma },
+      shm: { alpha: within.alpha, beta: within.beta, gamma },
+    };
   } finally {
     await cluster.destroy();
   }
@@ -98,19 +114,21 @@ async function study(
   rate: string,
   hosts: number,
   ranksPerHost: number,
-  constants: CostConstants,
+  fitted: Fitted,
   options: { serverHosts?: number; algorithms?: string } = {},
 ): Promise<Row[]> {
   const serverHosts = options.serverHosts ?? 0;
   const cluster = await createCluster({ hosts: hosts + serverHosts, rate, delay: DELAY });
-  const model = JSON.stringify({ tcp: constants, shm: DEFAULT_SHM_CONSTANTS });
+  const constants = fitted.tcp;
+  const model = JSON.stringify(fitted);
   try {
     const big = flags.big && rate === flags["big-rate"] && hosts <= Number(flags["big-hosts"]) &&
       serverHosts === 0;
     const sizes = big ? `${flags.sizes},${flags.big}` : flags.sizes;
     const args = [`${here}_network_rank.ts`, "--sizes", sizes, "--seconds", flags.seconds];
     if (serverHosts > 0) args.push("--servers", String(serverHosts * ranksPerHost));
-    if (options.algorithms) args.push("--algorithms", options.algorithms);
+    const algorithms = options.algorithms ?? flags.algorithms;
+    if (algorithms) args.push("--algorithms", algorithms);
     const runs = await runOnCluster(cluster, ranksPerHost, args, {
       env: { DCOMM_COST_MODEL: model },
       timeoutMs: 1_800_000,
@@ -136,7 +154,7 @@ async function study(
         chunkBytes: 1 << 20,
         servers,
         hosts: hostMap,
-        intra: DEFAULT_SHM_CONSTANTS,
+        intra: fitted.shm,
         constants,
       });
       const busbw = (r.bytes / r.seconds) * (2 * (workers - 1) / workers);
@@ -148,24 +166,23 @@ async function study(
 }
 
 const rows: Row[] = [];
-/** Constants by rate and host count: what the links give with every one of them busy. */
-const fitted: Record<string, Record<number, CostConstants>> = {};
+/** Constants by rate and layout (`4x2`: 4 hosts of 2 ranks): what the links give with every one of them busy. */
+const fitted: Record<string, Record<string, Fitted>> = {};
 const rates = flags.rates.split(",");
+const hostCounts = flags.hosts.split(",").map(Number);
+const perHost = flags["ranks-per-host"].split(",").map(Number);
 for (const [i, rate] of rates.entries()) {
   fitted[rate] = {};
-  for (const hosts of flags.hosts.split(",").map(Number)) {
-    const k = fitted[rate][hosts] = await calibrate(rate, hosts);
-    console.error(
-      `${rate}, ${hosts} hosts: α ${(k.alpha * 1e6).toFixed(1)} µs, β ${
-        (1 / k.beta / 1e6).toFixed(1)
-      } MB/s (the link: ${(rateBytes(rate) / 1e6).toFixed(1)} MB/s), γ ${
-        (1 / k.gamma / 1e9).toFixed(2)
-      } GB/s`,
-    );
-  }
-  for (const hosts of flags.hosts.split(",").map(Number)) {
-    const k = fitted[rate][hosts];
-    for (const rph of flags["ranks-per-host"].split(",").map(Number)) {
+  for (const hosts of hostCounts) {
+    for (const rph of perHost) {
+      const k = fitted[rate][`${hosts}x${rph}`] = await calibrate(rate, hosts, rph);
+      console.error(
+        `${rate}, ${hosts} hosts × ${rph}: α ${(k.tcp.alpha * 1e6).toFixed(1)} µs, β ${
+          (1 / k.tcp.beta / 1e6).toFixed(1)
+        } MB/s per link (the link: ${(rateBytes(rate) / 1e6).toFixed(1)} MB/s), within a host α ${
+          (k.shm.alpha * 1e6).toFixed(1)
+        } µs, β ${(1 / k.shm.beta / 1e9).toFixed(2)} GB/s; γ ${(1 / k.tcp.gamma / 1e9).toFixed(2)} GB/s`,
+      );
       const got = await study(rate, hosts, rph, k);
       rows.push(...got);
       console.error(`  ${hosts} hosts × ${rph}: ${got.length} rows`);
@@ -173,7 +190,7 @@ for (const [i, rate] of rates.entries()) {
   }
   if (i === 0) {
     for (const s of flags["ps-servers"].split(",").map(Number).filter((s) => s > 0)) {
-      const k = fitted[rate][4] ?? Object.values(fitted[rate])[0];
+      const k = fitted[rate]["4x1"] ?? Object.values(fitted[rate])[0];
       const got = await study(rate, 4, 1, k, { serverHosts: s, algorithms: "ps" });
       rows.push(...got);
       console.error(`  4 worker hosts + ${s} server hosts: ${got.length} rows`);
@@ -206,19 +223,20 @@ lines.push(
 const algorithms = [...new Set(rows.filter((r) => r.serverHosts === 0).map((r) => r.algorithm))];
 for (const rate of rates) {
   lines.push(`\n#### ${rate} links: busbw GB/s measured (predicted), auto's choice\n`);
-  for (const hosts of flags.hosts.split(",").map(Number)) {
-    const k = fitted[rate][hosts];
-    lines.push(
-      `Fitted on ${hosts} hosts, every link busy: α ${(k.alpha * 1e6).toFixed(1)} µs, ${
-        (1 / k.beta / 1e6).toFixed(0)
-      } MB/s per link.\n`,
-    );
-    for (const rph of flags["ranks-per-host"].split(",").map(Number)) {
+  for (const hosts of hostCounts) {
+    for (const rph of perHost) {
       const mine = rows.filter((r) =>
         r.rate === rate && r.hosts === hosts && r.ranksPerHost === rph && r.serverHosts === 0
       );
       if (mine.length === 0) continue;
-      lines.push(`${hosts} hosts × ${rph} rank${rph > 1 ? "s" : ""}:\n`);
+      const k = fitted[rate][`${hosts}x${rph}`];
+      lines.push(
+        `${hosts} hosts × ${rph} rank${rph > 1 ? "s" : ""} (fitted on this layout, every link busy: α ${
+          (k.tcp.alpha * 1e6).toFixed(0)
+        } µs, ${(1 / k.tcp.beta / 1e6).toFixed(0)} MB/s per link${
+          rph > 1 ? `; within a host α ${(k.shm.alpha * 1e6).toFixed(0)} µs` : ""
+        }):\n`,
+      );
       lines.push(`| size | ${algorithms.join(" | ")} |`, `|---|${algorithms.map(() => "---").join("|")}|`);
       for (const bytes of [...new Set(mine.map((r) => r.bytes))]) {
         const cells = algorithms.map((a) => {
@@ -262,7 +280,7 @@ if (dedicated.length > 0) {
 
 // ---- the seed's claims, by the model ---------------------------------------------------------------------
 const claims: string[] = [];
-const gammaHere = Object.values(fitted[rates[0]])[0].gamma;
+const gammaHere = Object.values(fitted[rates[0]])[0].tcp.gamma;
 const net = (gbit: number): CostConstants => ({ alpha: 20e-6, beta: 8 / (gbit * 1e9), gamma: gammaHere });
 const RESNET = 25.6e6 * 4, GPT3 = 175e9 * 4;
 claims.push(

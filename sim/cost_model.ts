@@ -133,34 +133,48 @@ export function ringAllReduceCost(shape: CostShape, constants: CostConstants): n
 }
 
 /**
- * Pipelined binary-tree all-reduce: `2D·(α + cβ) + D·cγ + (k−1)·(w·(α + cβ) + f·cγ)`, D = ⌈log2 n⌉,
- * c = min(chunkBytes, m), k = ⌈m/chunkBytes⌉, w and f as in `collectives/tree_allreduce.ts`.
+ * Chunks the first chunk's climb through the in-order binary tree carries over its busiest link, summed over
+ * the levels: a parent with two children takes 2 on its link, the root's single child 1. The way down is the
+ * same. For n = 4: 2 + 1 = 3; n = 8: 2 + 2 + 1 = 5; n = 2: 1.
+ */
+function treeFill(n: number): number {
+  const d = ceilLog2(n);
+  let fill = 1;
+  for (let level = 1; level < d; level++) fill += 2 ** level + 2 ** (level - 1) < n ? 2 : 1;
+  return fill;
+}
+
+/**
+ * Pipelined binary-tree all-reduce: `2D·α + 2F·cβ + F·cγ + (k−1)·(w·(α + cβ) + f·cγ)`, D = ⌈log2 n⌉, F
+ * the first chunk's load summed over the levels (2 where a parent has two children, 1 for the root's one
+ * child), c = min(chunkBytes, m), k = ⌈m/chunkBytes⌉, w and f as in `collectives/tree_allreduce.ts`.
  */
 export function treeAllReduceCost(shape: CostShape, constants: CostConstants): number {
   const { n, m, chunk } = unpack(shape);
   if (n === 1 || m === 0) return 0;
   const { alpha, beta, gamma } = constants;
-  const d = ceilLog2(n);
+  const d = ceilLog2(n), fill = treeFill(n);
   const c = Math.min(chunk, m);
   const k = msgs(m, chunk);
   const { w, f } = treeLoad(n);
-  return 2 * d * (alpha + c * beta) + d * c * gamma + (k - 1) * (w * (alpha + c * beta) + f * c * gamma);
+  return 2 * d * alpha + 2 * fill * c * beta + fill * c * gamma +
+    (k - 1) * (w * (alpha + c * beta) + f * c * gamma);
 }
 
 /**
- * Double-binary-tree all-reduce, m/2 per tree: `2D·(α + 2cβ) + D·cγ + (k−1)·((w+1)·(α + cβ) + f·cγ)`,
- * c = min(chunkBytes, m/2), k = ⌈(m/2)/chunkBytes⌉.
+ * Double-binary-tree all-reduce, m/2 per tree, both trees' first chunks climbing at once on different links:
+ * `2D·α + 2F·cβ + F·cγ + (k−1)·((w+1)·(α + cβ) + f·cγ)`, c = min(chunkBytes, m/2), k = ⌈(m/2)/chunkBytes⌉.
  */
 export function doubleTreeAllReduceCost(shape: CostShape, constants: CostConstants): number {
   const { n, m, chunk } = unpack(shape);
   if (n === 1 || m === 0) return 0;
   const { alpha, beta, gamma } = constants;
-  const d = ceilLog2(n);
+  const d = ceilLog2(n), fill = treeFill(n);
   const half = m / 2;
   const c = Math.min(chunk, half);
   const k = msgs(half, chunk);
   const { w, f } = treeLoad(n);
-  return 2 * d * (alpha + 2 * c * beta) + d * c * gamma +
+  return 2 * d * alpha + 2 * fill * c * beta + fill * c * gamma +
     (k - 1) * ((w + 1) * (alpha + c * beta) + f * c * gamma);
 }
 
@@ -240,10 +254,10 @@ export function directAllReduceCost(shape: CostShape, constants: CostConstants):
 
 /**
  * Hierarchical all-reduce (`collectives/hierarchical_allreduce.ts`), H hosts, L_h ranks on host h. With
- * the same L on every host, the 2D scheme: an intra-host ring reduce-scatter and all-gather
- * (`2(L−1)·α_i + 2·(L−1)/L·m·β_i + (L−1)/L·m·γ`) and, between, a ring all-reduce of each rank's shard among
- * the H ranks of its index, the L shards of a host sharing its link (`β·L` each):
- * `2(H−1)·k·α + 2·(H−1)/H·m·β + (H−1)/H·(m/L)·γ`. With uneven hosts, the leaders' scheme: an intra-host
+ * the same L on every host, the 2D scheme: an intra-host ring reduce-scatter and all-gather, run in H
+ * slices (`W = 2(L−1)·H·α_i + 2·(L−1)/L·m·β_i + (L−1)/L·m·γ`), and, between, a ring all-reduce of each
+ * rank's shard among the H ranks of its index, the L shards of a host sharing its link (`β·L` each):
+ * `A = 2(H−1)·k·α + 2·(H−1)/H·m·β + (H−1)/H·(m/L)·γ`; pipelined, `T = W/H + max(A, W·(H−1)/H)`. With uneven hosts, the leaders' scheme: an intra-host
  * binomial reduce and broadcast on the largest host, and a ring all-reduce of m among the H leaders. Without
  * hosts (or one host, or one rank per host) it is the ring's cost.
  */
@@ -255,7 +269,9 @@ export function hierarchicalAllReduceCost(shape: CostShape, constants: CostConst
   if (H === 1 || L === 1) return ringAllReduceCost(shape, constants);
   const intra = shape.intra ?? constants;
   if (counts.every((c) => c === L)) {
-    const within = 2 * (L - 1) * intra.alpha + 2 * ((L - 1) / L) * m * intra.beta +
+    // The intra-host stages run slice by slice (H slices), behind the ring between hosts: only the first
+    // slice's reduce-scatter and the last one's all-gather are not hidden.
+    const within = 2 * (L - 1) * H * intra.alpha + 2 * ((L - 1) / L) * m * intra.beta +
       ((L - 1) / L) * m * intra.gamma;
     const shard = m / L;
     const across = ringAllReduceCost({ size: H, bytes: shard, chunkBytes: chunk }, {
@@ -263,7 +279,7 @@ export function hierarchicalAllReduceCost(shape: CostShape, constants: CostConst
       beta: constants.beta * L,
       gamma: constants.gamma,
     });
-    return within + across;
+    return within / H + Math.max(across, (within * (H - 1)) / H);
   }
   return binomialReduceCost({ size: L, bytes: m, chunkBytes: chunk }, intra) +
     ringAllReduceCost({ size: H, bytes: m, chunkBytes: chunk }, constants) +
