@@ -1,7 +1,8 @@
 /**
  * The trees the tree algorithms run on.
  *
- * The binary tree is NCCL's in-order layout: a rank's level is its lowest set bit, so odd ranks are
+ * The binary tree is NCCL's in-order layout (its shape, with the double tree's second, is
+ * `sim/trees.ts`, which the cost model prices): a rank's level is its lowest set bit, so odd ranks are
  * leaves, rank 0 is the root with a single child (the largest power of two below the size), and the
  * height is ⌈log2 n⌉ for any size. A parent's lower child is `r - low/2`; its upper child is `r + low/2`
  * or, when that is past the end, the largest `r + 2^j` still inside.
@@ -13,6 +14,7 @@
  * @module
  */
 import { floorPow2, lowBit } from "./_layout.ts";
+import { binaryTreeParent as parentOf, doubleTreeMap } from "../sim/trees.ts";
 
 /** A rank's neighbours in a tree. */
 export interface TreeLinks {
@@ -20,13 +22,6 @@ export interface TreeLinks {
   readonly parent: number;
   /** The children, in ascending rank order (the order their contributions are reduced in). */
   readonly children: readonly number[];
-}
-
-function parentOf(rank: number, size: number): number {
-  if (rank === 0) return -1;
-  const low = lowBit(rank);
-  const up = (rank ^ low) | (low << 1);
-  return up < size ? up : rank ^ low;
 }
 
 /** The links of `rank` in the in-order binary tree over `0..size-1`, rooted at 0. */
@@ -48,15 +43,13 @@ export function binaryTree(rank: number, size: number): TreeLinks {
 
 /** The links of `rank` in both trees of the double binary tree; the first is {@linkcode binaryTree}. */
 export function doubleBinaryTree(rank: number, size: number): [TreeLinks, TreeLinks] {
-  const mirror = size % 2 === 0;
-  const toPos = (r: number): number => mirror ? size - 1 - r : (r + 1) % size;
-  const toRank = (p: number): number => p < 0 ? -1 : mirror ? size - 1 - p : (p + size - 1) % size;
-  const second = binaryTree(toPos(rank), size);
+  const map = doubleTreeMap(1, size);
+  const second = binaryTree(map.pos(rank), size);
   return [
     binaryTree(rank, size),
     {
-      parent: toRank(second.parent),
-      children: second.children.map(toRank).sort((a, b) => a - b),
+      parent: map.rank(second.parent),
+      children: second.children.map(map.rank).sort((a, b) => a - b),
     },
   ];
 }

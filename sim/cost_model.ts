@@ -28,6 +28,7 @@
  * @module
  */
 import { MEASURED_CONSTANTS } from "./measured.ts";
+import { treeShape } from "./trees.ts";
 
 /** Per-message latency, inverse bandwidth and inverse reduction throughput. */
 export interface CostConstants {
@@ -114,13 +115,6 @@ function unpack(shape: CostShape): { n: number; m: number; chunk: number } {
   return { n: size, m: bytes, chunk: chunkBytes };
 }
 
-/** Messages per chunk each way at the busiest rank of the in-order binary tree, and children reduced. */
-function treeLoad(n: number): { w: number; f: number } {
-  if (n <= 2) return { w: 1, f: 1 };
-  if (n === 3) return { w: 2, f: 1 };
-  return { w: 3, f: 2 };
-}
-
 // ---- all-reduce ----------------------------------------------------------------------------------
 
 /** Ring all-reduce: `2(n−1)·k·α + 2·(n−1)/n·m·β + (n−1)/n·m·γ`, k = ⌈m/(n·chunkBytes)⌉. */
@@ -133,49 +127,91 @@ export function ringAllReduceCost(shape: CostShape, constants: CostConstants): n
 }
 
 /**
- * Chunks the first chunk's climb through the in-order binary tree carries over its busiest link, summed over
- * the levels: a parent with two children takes 2 on its link, the root's single child 1. The way down is the
- * same. For n = 4: 2 + 1 = 3; n = 8: 2 + 2 + 1 = 5; n = 2: 1.
+ * What the chunks of the given trees (each a parent by rank, −1 at the root, and a level by rank) put on
+ * the links, with `hosts` (ranks of a host share its link; messages within a host take the intra
+ * constants) or without (every rank its own link). `fill`: the first chunk's way up, summed over the
+ * levels (a parent collects its children at its level; each level costs its busiest link's chunks, out or
+ * in); `steady`: a chunk of every tree, up and down, on the busiest link each way; `messages`: the most
+ * messages a rank sends or receives per chunk of every tree; `reduced`: the most children a rank reduces.
+ * Each count is [across hosts, within a host].
  */
-function treeFill(n: number): number {
-  const d = ceilLog2(n);
-  let fill = 1;
-  for (let level = 1; level < d; level++) fill += 2 ** level + 2 ** (level - 1) < n ? 2 : 1;
-  return fill;
+function treeLoads(
+  trees: readonly { parent: readonly number[]; level: readonly number[] }[],
+  hostOf: readonly number[],
+): { fill: [number, number]; steady: [number, number]; messages: number; reduced: number } {
+  const n = hostOf.length;
+  const levels = Math.max(...trees.flatMap((t) => t.level));
+  // Per link (a host's across hosts, a rank's within), the messages out and in.
+  const count = (edges: readonly [number, number][]): [number, number] => {
+    const out = new Map<string, number>(), into = new Map<string, number>();
+    const bump = (m: Map<string, number>, k: string): void => void m.set(k, (m.get(k) ?? 0) + 1);
+    for (const [from, to] of edges) {
+      const across = hostOf[from] !== hostOf[to];
+      bump(out, across ? `h${hostOf[from]}` : `r${from}`);
+      bump(into, across ? `h${hostOf[to]}` : `r${to}`);
+    }
+    const most = (prefix: string): number =>
+      Math.max(0, ...[...out, ...into].filter(([k]) => k[0] === prefix).map(([, v]) => v));
+    return [most("h"), most("r")];
+  };
+  const up = trees.flatMap((t) =>
+    t.parent.flatMap((p, r) => p >= 0 ? [[r, p, t.level[p]] as [number, number, number]] : [])
+  );
+  const fill: [number, number] = [0, 0];
+  for (let level = 1; level <= levels; level++) {
+    const [across, within] = count(up.filter((e) => e[2] === level).map(([c, p]) => [c, p]));
+    fill[0] += across;
+    fill[1] += within;
+  }
+  const both = up.flatMap(([c, p]) => [[c, p], [p, c]] as [number, number][]);
+  const perRank = new Array(n).fill(0), kids = new Array(n).fill(0);
+  for (const [c, p] of up) {
+    perRank[c]++;
+    perRank[p]++;
+    kids[p]++;
+  }
+  return { fill, steady: count(both), messages: Math.max(...perRank), reduced: Math.max(...kids) };
+}
+
+/** The pipelined trees' cost (see {@linkcode treeAllReduceCost}) for `m` bytes on each of `trees`. */
+function treesCost(shape: CostShape, constants: CostConstants, trees: 1 | 2): number {
+  const { n, m, chunk } = unpack(shape);
+  if (n === 1 || m === 0) return 0;
+  const shapes = trees === 1 ? [treeShape(0, n)] : [treeShape(0, n), treeShape(1, n)];
+  const hostOf = shape.hosts ?? Array.from({ length: n }, (_, r) => r);
+  const { fill, steady, messages, reduced } = treeLoads(shapes, hostOf);
+  const intra = shape.intra ?? constants;
+  const { alpha, beta, gamma } = constants;
+  const part = m / trees;
+  const c = Math.min(chunk, part);
+  const k = msgs(part, chunk);
+  const d = Math.max(...shapes[0].level);
+  const climb = Math.max(fill[0] * c * beta, fill[1] * c * intra.beta);
+  const perChunk = Math.max(steady[0] * c * beta, steady[1] * c * intra.beta);
+  return 2 * d * alpha + 2 * climb + d * c * gamma +
+    (k - 1) * (messages * alpha + perChunk + reduced * c * gamma);
 }
 
 /**
- * Pipelined binary-tree all-reduce: `2D·α + 2F·cβ + F·cγ + (k−1)·(w·(α + cβ) + f·cγ)`, D = ⌈log2 n⌉, F
- * the first chunk's load summed over the levels (2 where a parent has two children, 1 for the root's one
- * child), c = min(chunkBytes, m), k = ⌈m/chunkBytes⌉, w and f as in `collectives/tree_allreduce.ts`.
+ * Pipelined binary-tree all-reduce (the in-order tree of `sim/trees.ts`), c = min(chunkBytes, m),
+ * k = ⌈m/chunkBytes⌉, D the height: `2D·α + 2F·cβ + D·cγ + (k−1)·(w·α + S·cβ + f·cγ)`. F: the first
+ * chunk's way up on the busiest link of each level, summed (a parent takes its two children's chunks on
+ * its link: 3 for n = 4, 5 for n = 8, one rank per host); S: the busiest link's chunks each way once the
+ * pipeline is full (3: an interior rank's two children and parent); w the most messages of a rank, f the
+ * most children it reduces. With `hosts`, a host's ranks share its link and messages within a host take the
+ * intra constants.
  */
 export function treeAllReduceCost(shape: CostShape, constants: CostConstants): number {
-  const { n, m, chunk } = unpack(shape);
-  if (n === 1 || m === 0) return 0;
-  const { alpha, beta, gamma } = constants;
-  const d = ceilLog2(n), fill = treeFill(n);
-  const c = Math.min(chunk, m);
-  const k = msgs(m, chunk);
-  const { w, f } = treeLoad(n);
-  return 2 * d * alpha + 2 * fill * c * beta + fill * c * gamma +
-    (k - 1) * (w * (alpha + c * beta) + f * c * gamma);
+  return treesCost(shape, constants, 1);
 }
 
 /**
- * Double-binary-tree all-reduce, m/2 per tree, both trees' first chunks climbing at once on different links:
- * `2D·α + 2F·cβ + F·cγ + (k−1)·((w+1)·(α + cβ) + f·cγ)`, c = min(chunkBytes, m/2), k = ⌈(m/2)/chunkBytes⌉.
+ * Double-binary-tree all-reduce: m/2 on each tree, both trees' chunks at once, priced as
+ * {@linkcode treeAllReduceCost} with both trees' messages on the links (S = 4 for an interior rank of one
+ * tree that is a leaf of the other), c = min(chunkBytes, m/2), k = ⌈(m/2)/chunkBytes⌉.
  */
 export function doubleTreeAllReduceCost(shape: CostShape, constants: CostConstants): number {
-  const { n, m, chunk } = unpack(shape);
-  if (n === 1 || m === 0) return 0;
-  const { alpha, beta, gamma } = constants;
-  const d = ceilLog2(n), fill = treeFill(n);
-  const half = m / 2;
-  const c = Math.min(chunk, half);
-  const k = msgs(half, chunk);
-  const { w, f } = treeLoad(n);
-  return 2 * d * alpha + 2 * fill * c * beta + fill * c * gamma +
-    (k - 1) * ((w + 1) * (alpha + c * beta) + f * c * gamma);
+  return treesCost(shape, constants, 2);
 }
 
 /**
