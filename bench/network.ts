@@ -1,18 +1,20 @@
 /**
  * `deno task bench:network` (root, iproute2): the all-reduce study on the emulated cluster of
- * `bench/cluster.ts`. For each link rate (100 Mb/s and 1 Gb/s by default: this 2-core machine moves about
- * 250 MB/s through its veths and bridge in all, so faster links, or 1 Gb/s on more than two hosts, measure
- * its CPUs rather than the links):
+ * `bench/cluster.ts`, at 100 Mb/s and 1 Gb/s by default (this 2-core machine moves about 950 MB/s through
+ * its shaped veths in all with iperf3, less with dcomm's 8 or 16 ranks beside: 1 Gb/s on 8 hosts measures
+ * its CPUs as much as the links, and 10 Gb/s would measure nothing else). For each rate and layout (hosts ×
+ * ranks per host):
  *
- * 1. calibration on the links themselves, per host count: `bench/_calibrate_rank.ts` between two hosts (a
- *    ping-pong), or on more every host sending to the next at once (`ring`: every link busy, as in an
- *    all-reduce), fitted to α and β (`fitConstants`), γ the engine's summing rate; the shm constants within
- *    a host are this machine's (`sim/measured.ts`);
- * 2. fp32 all-reduces of 1 KiB–16 MiB (and 64 MiB at 1 Gb/s on 2 hosts) on 2, 4 and 8 hosts × 1 and 2
- *    ranks per host, with ring, tree,
+ * 1. calibration on that layout (`bench/_calibrate_rank.ts tcp ring`): every rank in a ring of its local
+ *    index across the hosts, every link busy with its host's ranks at once, steps taken as the algorithms
+ *    take them (each send after the last receive), and the same within the hosts; fitted to α and β
+ *    (`fitConstants`; β per link is the ring's β over the ranks that share the link), γ the engine's
+ *    summing rate;
+ * 2. fp32 all-reduces of 1 KiB–16 MiB (and 64 MiB at 1 Gb/s on up to `--big-hosts` hosts) with ring, tree,
  *    double tree, halving-doubling, direct (to 1 MiB), co-located parameter servers, hierarchical, and
- *    `"auto"` (whose constants are the fitted ones, through `DCOMM_COST_MODEL`), each row's time beside the
- *    model's prediction for it (`predict`, same constants, the hosts' map);
+ *    `"auto"` (whose constants are the fitted ones, through `DCOMM_COST_MODEL`), each row (the slowest
+ *    rank's median of back-to-back calls) beside the model's prediction for it (`predict`, the same
+ *    constants, the hosts' map);
  * 3. at the first rate, dedicated parameter-server hosts: 4 worker hosts and 1 or 2 server hosts.
  *
  * Then the seed's claims by the model (stated assumptions, printed with them): parameter servers against
@@ -22,7 +24,7 @@
  *
  * ```sh
  * sudo deno task bench:network [--rates 1gbit,10gbit] [--hosts 2,4,8] [--ranks-per-host 1,2]
- *   [--sizes 1K,16K,256K,1M,4M,16M,64M] [--seconds 0.3]
+ *   [--sizes 1K,16K,256K,1M,4M,16M] [--big 64M] [--big-hosts 4] [--seconds 1] [--algorithms ring,hierarchical]
  * ```
  *
  * @module
@@ -30,7 +32,12 @@
 import { parseArgs } from "node:util";
 import { clusterUnavailable, createCluster, rateBytes, runOnCluster } from "./cluster.ts";
 import { lineChart, scatterChart, type Series, shareChart, sizeLabel } from "./_svg.ts";
-import { type CostConstants, DEFAULT_SHM_CONSTANTS, fitConstants } from "../sim/cost_model.ts";
+import {
+  type CostConstants,
+  DEFAULT_SHM_CONSTANTS,
+  fitConstants,
+  type PingPongSample,
+} from "../sim/cost_model.ts";
 import { ALGORITHMS, predict } from "../collectives/mod.ts";
 
 const { values: flags } = parseArgs({
@@ -43,8 +50,8 @@ const { values: flags } = parseArgs({
     /** Sizes added where the links, not this machine's CPUs, still set the pace (see the module doc). */
     big: { type: "string", default: "64M" },
     "big-rate": { type: "string", default: "1gbit" },
-    "big-hosts": { type: "string", default: "2" },
-    seconds: { type: "string", default: "0.3" },
+    "big-hosts": { type: "string", default: "4" },
+    seconds: { type: "string", default: "1" },
     /** The algorithms of step 2 (every one by default). */
     algorithms: { type: "string" },
     "ps-servers": { type: "string", default: "1,2" },
@@ -84,6 +91,8 @@ interface Fitted {
   tcp: CostConstants;
   /** The constants of the shared-memory hops within a host, under the same load (one rank per host: the machine's). */
   shm: CostConstants;
+  /** The calibration's samples (seconds per step by message size) they were fitted to. */
+  samples: { between: PingPongSample[]; within?: PingPongSample[] };
 }
 
 async function calibrate(rate: string, hosts: number, ranksPerHost: number): Promise<Fitted> {
@@ -104,6 +113,7 @@ async function calibrate(rate: string, hosts: number, ranksPerHost: number): Pro
     return {
       tcp: { alpha: between.alpha, beta: between.beta / ranksPerHost, gamma },
       shm: { alpha: within.alpha, beta: within.beta, gamma },
+      samples: { between: samples, within: intra },
     };
   } finally {
     await cluster.destroy();
@@ -120,7 +130,7 @@ async function study(
   const serverHosts = options.serverHosts ?? 0;
   const cluster = await createCluster({ hosts: hosts + serverHosts, rate, delay: DELAY });
   const constants = fitted.tcp;
-  const model = JSON.stringify(fitted);
+  const model = JSON.stringify({ tcp: fitted.tcp, shm: fitted.shm });
   try {
     const big = flags.big && rate === flags["big-rate"] && hosts <= Number(flags["big-hosts"]) &&
       serverHosts === 0;
