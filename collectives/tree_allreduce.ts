@@ -12,13 +12,15 @@
  * receives 3m and reduces 2m. Double tree: each tree carries m/2, and each rank is interior in at most
  * one of them, so an interior rank sends and receives 2m and reduces m, as the ring does.
  *
- * Cost (sim/cost_model.ts `treeAllReduceCost`, `doubleTreeAllReduceCost`), c = chunk bytes, k chunks,
- * w = the busiest rank's messages per chunk each way (1 for n = 2, 2 for n = 3, 3 beyond), f = children
- * reduced per chunk (1 for n ≤ 3, 2 beyond), F = the first chunk's load on the busiest link summed over
- * the levels on its way up (2 at a parent with two children, 1 at the root's single child: 3 for n = 4,
- * 5 for n = 8), the same on its way down:
- *   tree:        T = 2D·α + 2F·cβ + F·cγ + (k−1)·(w·(α + cβ) + f·cγ),  c = min(chunkBytes, m), k = ⌈m/chunkBytes⌉
- *   double tree: T = 2D·α + 2F·cβ + F·cγ + (k−1)·((w+1)·(α + cβ) + f·cγ), with m/2 per tree
+ * Cost (sim/cost_model.ts `treeAllReduceCost`, `doubleTreeAllReduceCost`, priced on the trees of
+ * `sim/trees.ts`), c = chunk bytes, k chunks, D the height, F = the first chunk's way up on the busiest
+ * link of each level, summed (2 where a parent takes two children's chunks, 1 at the root's single child:
+ * 3 for n = 4, 5 for n = 8), S = the busiest link's chunks each way once the pipeline is full (3 for an
+ * interior rank; 4 in the double tree, interior in one tree and a leaf of the other), w = the most messages
+ * of a rank per chunk, f = the most children it reduces; with hosts, a host's ranks share its link and
+ * messages within a host take the intra constants:
+ *   tree:        T = 2D·α + 2F·cβ + D·cγ + (k−1)·(w·α + S·cβ + f·cγ),  c = min(chunkBytes, m), k = ⌈m/chunkBytes⌉
+ *   double tree: the same with m/2 on each tree and both trees' messages on the links
  *
  * The root of each tree computes every element once and the others copy it, so all ranks end with the
  * same bits.

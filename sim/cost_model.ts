@@ -10,8 +10,10 @@
  * `predict`) that `"auto"` uses.
  *
  * The model counts a chunked message as k messages (k = ⌈bytes/chunkBytes⌉) and charges every rank's
- * sends and receives to its own link; it knows nothing of topology or contention, so it ranks algorithms
- * rather than promising seconds.
+ * sends and receives to its own link, unless the shape gives `hosts`: then the ranks of a host share its
+ * link (the hierarchical and tree costs, and the flat algorithms whose ranks send across hosts at once) and
+ * messages within a host take the intra constants. Contention beyond that (many flows into one link, a
+ * machine's CPUs) it does not know: it ranks algorithms rather than promising seconds.
  *
  * What `bytes` means, as in nccl-tests: the buffer for all-reduce, broadcast and reduce; the whole n-block
  * buffer (the output of all-gather, the input of reduce-scatter and all-to-all) for the others.
@@ -293,9 +295,10 @@ export function directAllReduceCost(shape: CostShape, constants: CostConstants):
  * the same L on every host, the 2D scheme: an intra-host ring reduce-scatter and all-gather, run in H
  * slices (`W = 2(L−1)·H·α_i + 2·(L−1)/L·m·β_i + (L−1)/L·m·γ`), and, between, a ring all-reduce of each
  * rank's shard among the H ranks of its index, the L shards of a host sharing its link (`β·L` each):
- * `A = 2(H−1)·k·α + 2·(H−1)/H·m·β + (H−1)/H·(m/L)·γ`; pipelined, `T = W/H + max(A, W·(H−1)/H)`. With uneven hosts, the leaders' scheme: an intra-host
- * binomial reduce and broadcast on the largest host, and a ring all-reduce of m among the H leaders. Without
- * hosts (or one host, or one rank per host) it is the ring's cost.
+ * `A = 2(H−1)·k·α + 2·(H−1)/H·m·β + (H−1)/H·(m/L)·γ`; pipelined, `T = W/H + max(A, W·(H−1)/H)`. With
+ * uneven hosts, the leaders' scheme: an intra-host binomial reduce and broadcast on the largest host, and
+ * a ring all-reduce of m among the H leaders. Without hosts (or one host, or one rank per host) it is the
+ * ring's cost.
  */
 export function hierarchicalAllReduceCost(shape: CostShape, constants: CostConstants): number {
   const { n, m, chunk } = unpack(shape);
