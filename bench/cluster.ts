@@ -232,6 +232,22 @@ export interface HostRun {
 }
 
 /**
+ * The JSON a rank printed after `marker` (`RESULT {...}`) in the hosts' output.
+ *
+ * @param runs What {@linkcode runOnCluster} returned.
+ * @param marker The word before the JSON, at the start of the rank's output (after the launcher's prefix).
+ * @param what What ran, for the error.
+ * @returns The parsed JSON.
+ * @throws {Error} With the end of the output, when a host failed or nobody printed the marker.
+ */
+export function resultOf(runs: readonly HostRun[], marker: string, what: string): unknown {
+  const text = runs.map((r) => r.output).join("\n");
+  const m = new RegExp(`${marker} (.*)$`, "m").exec(text);
+  if (!m || runs.some((r) => r.code !== 0)) throw new Error(`${what} failed:\n${text.slice(-3000)}`);
+  return JSON.parse(m[1]);
+}
+
+/**
  * Runs `script` on every host of `cluster`: one launcher per host in its namespace, `ranksPerHost` ranks
  * each, the store on host 0. A host whose launcher exits non-zero makes the others stop (SIGTERM).
  *

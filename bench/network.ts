@@ -30,7 +30,7 @@
  * @module
  */
 import { parseArgs } from "node:util";
-import { clusterUnavailable, createCluster, rateBytes, runOnCluster } from "./cluster.ts";
+import { clusterUnavailable, createCluster, rateBytes, resultOf, runOnCluster } from "./cluster.ts";
 import { lineChart, scatterChart, type Series, shareChart, sizeLabel } from "./_svg.ts";
 import {
   type CostConstants,
@@ -100,14 +100,11 @@ async function calibrate(rate: string, hosts: number, ranksPerHost: number): Pro
   try {
     const args = [`${here}_calibrate_rank.ts`, "tcp", "ring"];
     const runs = await runOnCluster(cluster, ranksPerHost, args, { timeoutMs: 300_000 });
-    const text = runs.map((r) => r.output).join("\n");
-    const m = /CALIBRATION (.*)$/m.exec(text);
-    if (!m || runs.some((r) => r.code !== 0)) {
-      throw new Error(
-        `Calibration at ${rate} on ${hosts} hosts × ${ranksPerHost} failed:\n${text.slice(-3000)}`,
-      );
-    }
-    const { samples, intra, gamma } = JSON.parse(m[1]);
+    const { samples, intra, gamma } = resultOf(
+      runs,
+      "CALIBRATION",
+      `Calibration at ${rate} on ${hosts} hosts × ${ranksPerHost}`,
+    ) as { samples: PingPongSample[]; intra?: PingPongSample[]; gamma: number };
     const between = fitConstants(samples);
     const within = intra ? fitConstants(intra) : DEFAULT_SHM_CONSTANTS;
     return {
@@ -143,19 +140,12 @@ async function study(
       env: { DCOMM_COST_MODEL: model },
       timeoutMs: 1_800_000,
     });
-    const text = runs.map((r) => r.output).join("\n");
-    const m = /RESULT (\{.*\})/.exec(text);
-    if (!m || runs.some((r) => r.code !== 0)) {
-      throw new Error(
-        `The study on ${hosts} hosts × ${ranksPerHost} at ${rate} failed:\n${text.slice(-3000)}`,
-      );
-    }
+    const result = resultOf(runs, "RESULT", `The study on ${hosts} hosts × ${ranksPerHost} at ${rate}`);
     const size = (hosts + serverHosts) * ranksPerHost;
     const hostMap = Array.from({ length: size }, (_, r) => Math.floor(r / ranksPerHost));
     const workers = size - serverHosts * ranksPerHost;
     const rows =
-      (JSON.parse(m[1]) as { rows: { algorithm: string; ran: string; bytes: number; seconds: number }[] })
-        .rows;
+      (result as { rows: { algorithm: string; ran: string; bytes: number; seconds: number }[] }).rows;
     return rows.map((r) => {
       const servers = r.ran === "ps" && serverHosts > 0 ? serverHosts * ranksPerHost : undefined;
       const predicted = predict("allReduce", r.ran as never, {

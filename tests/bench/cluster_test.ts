@@ -11,6 +11,7 @@ import {
   gsoFor,
   namespacePids,
   namespacesWith,
+  resultOf,
   runOnCluster,
 } from "../../bench/cluster.ts";
 import { gatedTest } from "../_util/skip.ts";
@@ -40,6 +41,23 @@ Deno.test("gsoFor() takes the largest power of two within 600 µs of the rate, 4
   assert.equal(gsoFor(125e6), 65536); // 1 Gb/s: 75 KB
   assert.equal(gsoFor(1.25e9), 65536); // 10 Gb/s: capped
   assert.equal(gsoFor(1e6), 4096); // 8 Mb/s: the floor
+});
+
+Deno.test("resultOf() parses the JSON after the marker, and says what failed with the output's end", () => {
+  const ok = [
+    { host: 0, code: 0, output: '[rank0]: starting\n[rank0]: RESULT {"rows":[1,2]}\n' },
+    { host: 1, code: 0, output: "" },
+  ];
+  assert.deepEqual(resultOf(ok, "RESULT", "the run"), { rows: [1, 2] });
+  assert.throws(
+    () => resultOf([{ host: 0, code: 0, output: "[rank0]: no marker here" }], "RESULT", "the run at 1gbit"),
+    /the run at 1gbit failed:\n\[rank0\]: no marker here/,
+  );
+  // A host that failed fails the run even where another printed its result.
+  assert.throws(
+    () => resultOf([...ok, { host: 2, code: 1, output: "[rank4]: Rank 5 exited" }], "RESULT", "the run"),
+    /the run failed:[^]*Rank 5 exited/,
+  );
 });
 
 gatedTest(
