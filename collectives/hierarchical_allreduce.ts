@@ -15,8 +15,9 @@
  * host as soon as the ring has finished it, so only a slice's worth of the intra-host stages is not hidden
  * behind the network (at 1 MiB on 4 emulated 1 Gb/s hosts of 2 ranks, the stages one after the other spent
  * 3 ms of 19 within the hosts).
- * Uneven hosts, the leaders' scheme: binomial reduce to each host's first rank, ring all-reduce among
- * those leaders, binomial broadcast back.
+ * Uneven hosts, the leaders' scheme, pipelined the same way: each host's first rank (its leader) takes its
+ * host's contributions segment by segment in the order the ring between the leaders needs them, and sends
+ * each segment back to them as soon as that ring has finished it.
  *
  * Bytes over the network per host: 2·(H−1)/H·m, against a flat ring's 2·(n−1)/n·m through each host's link
  * (n = H·L), and 2(H−1) network latencies per chunk against the ring's 2(n−1).
@@ -24,8 +25,8 @@
  * Cost (`sim/cost_model.ts` `hierarchicalAllReduceCost`): 2D, with the intra-host stages
  *   W = 2(L−1)·H·α_i + 2·(L−1)/L·m·β_i + (L−1)/L·m·γ and the inter-host ring
  *   A = 2(H−1)·k·α + 2·(H−1)/H·m·β + (H−1)/H·(m/L)·γ,  T = W/H + max(A, W·(H−1)/H),
- * α_i, β_i within a host, α, β between hosts; leaders, the binomial reduce and broadcast of m on the
- * largest host plus the ring of m among H.
+ * α_i, β_i within a host, α, β between hosts; leaders, the same with W = (L−1)·(2H·α_i + 2m·β_i + m·γ) on
+ * the largest host's leader and A the ring of m among the H leaders.
  *
  * Every element is reduced along fixed paths, in the same order on every rank that computes it, and then
  * copied: all ranks end with the same bits.
@@ -36,8 +37,6 @@ import type { CollectiveContext, Comm } from "./comm.ts";
 import { argChecks } from "./_checks.ts";
 import { chunks, mod, partition } from "./_layout.ts";
 import { Plan, type Step } from "./_schedule.ts";
-import { binomialReduce } from "./binomial_reduce.ts";
-import { binomialBroadcast } from "./binomial_broadcast.ts";
 import { ringAllReduce } from "./ring_allreduce.ts";
 
 /** The hosts of a group: the group ranks of each host, in rank order, hosts in order of their first rank. */
@@ -83,18 +82,8 @@ export async function hierarchicalAllReduce(ctx: CollectiveContext, buf: Uint8Ar
   const L = Math.max(...groups.map((g) => g.length));
   if (groups.length === 1 || L === 1) return await ringAllReduce(ctx, buf);
   const mine = groups.find((g) => g.includes(rank)) as number[];
-  const local = { ...ctx, comm: subComm(ctx.comm, mine) };
-  if (groups.every((g) => g.length === L)) {
-    await twoDimensional(ctx, buf, groups, mine);
-    return;
-  }
-  // Uneven hosts: through one leader per host.
-  await binomialReduce(local, buf, 0);
-  if (local.comm.rank === 0) {
-    const leaders = { ...ctx, comm: subComm(ctx.comm, groups.map((g) => g[0])) };
-    await ringAllReduce(leaders, buf);
-  }
-  await binomialBroadcast(local, buf, 0);
+  if (groups.every((g) => g.length === L)) await twoDimensional(ctx, buf, groups, mine);
+  else await leaders(ctx, buf, groups, mine);
 }
 
 /**
@@ -182,5 +171,75 @@ async function twoDimensional(
       ];
     }
   }
+  await plan.run();
+}
+
+/**
+ * One leader per host (uneven hosts), pipelined: the ring between the hosts' leaders runs on the whole
+ * buffer cut into H segments, each segment reduced into the leader from its host's other ranks (in local
+ * rank order) in the order the ring needs them, and sent back to them as soon as the ring has finished it.
+ * Only the first segment's gathering and the last one's return are not hidden behind the network.
+ */
+async function leaders(
+  ctx: CollectiveContext,
+  buf: Uint8Array,
+  groups: readonly number[][],
+  mine: readonly number[],
+): Promise<void> {
+  const { rank } = ctx.comm;
+  const H = groups.length;
+  const x = groups.indexOf(mine as number[]);
+  const leader = mine[0];
+  const offsets = partition(buf.length, { parts: H, elemSize: ctx.elemSize });
+  /** Segment s, in chunks. */
+  const seg = (s: number): Uint8Array[] => chunks(ctx, buf.subarray(offsets[s], offsets[s + 1]));
+  const plan = new Plan(ctx);
+  // Segments in the order the ring reduces them (x, x−1, ..., x+1), and finishes them (x+1, x, ..., x+2).
+  const reduceOrder = Array.from({ length: H }, (_, o) => mod(x - o, H));
+  const finishOrder = Array.from({ length: H }, (_, o) => mod(x + 1 - o, H));
+  if (rank !== leader) {
+    const sent: Step[] = new Array(H);
+    reduceOrder.forEach((s, o) => sent[s] = plan.join(seg(s).map((c) => plan.send(leader, c, { key: o }))));
+    finishOrder.forEach((s, o) =>
+      seg(s).forEach((c) => plan.recv(leader, c, { key: H + o, after: [sent[s]] }))
+    );
+    await plan.run();
+    return;
+  }
+  // The leader: its host's contributions, in local rank order, segment by segment.
+  const localDone: Step[] = new Array(H);
+  reduceOrder.forEach((s, o) => {
+    let last: Step[] = [];
+    for (const peer of mine.slice(1)) {
+      const prev = last;
+      last = seg(s).map((c, k) => plan.recvReduce(peer, c, { key: o, after: prev.length ? [prev[k]] : [] }));
+    }
+    localDone[s] = plan.join(last);
+  });
+  const ring = groups.map((g) => g[0]);
+  const right = ring[mod(x + 1, H)], left = ring[mod(x - 1, H)];
+  const final: Step[] = new Array(H);
+  const sentInReduce: Step[][] = new Array(H);
+  let arrived: Step[] = [];
+  for (let t = 0; t < 2 * (H - 1); t++) {
+    const out = mod(x - t, H);
+    const sendAfter = arrived;
+    const sends = seg(out).map((c, k) =>
+      plan.send(right, c, { after: t > 0 ? [sendAfter[k]] : [localDone[out]] })
+    );
+    if (t < H - 1) sentInReduce[out] = sends;
+    const inc = mod(x - t - 1, H);
+    arrived = seg(inc).map((c, k) =>
+      t < H - 1
+        ? plan.recvReduce(left, c, { after: [localDone[inc]] })
+        : plan.recv(left, c, { after: [sentInReduce[inc][k]] })
+    );
+    if (t >= H - 2) final[inc] = plan.join(arrived);
+  }
+  finishOrder.forEach((s, o) => {
+    for (const peer of mine.slice(1)) {
+      seg(s).forEach((c) => plan.send(peer, c, { key: H + o, after: [final[s]] }));
+    }
+  });
   await plan.run();
 }

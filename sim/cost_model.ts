@@ -296,9 +296,9 @@ export function directAllReduceCost(shape: CostShape, constants: CostConstants):
  * slices (`W = 2(L−1)·H·α_i + 2·(L−1)/L·m·β_i + (L−1)/L·m·γ`), and, between, a ring all-reduce of each
  * rank's shard among the H ranks of its index, the L shards of a host sharing its link (`β·L` each):
  * `A = 2(H−1)·k·α + 2·(H−1)/H·m·β + (H−1)/H·(m/L)·γ`; pipelined, `T = W/H + max(A, W·(H−1)/H)`. With
- * uneven hosts, the leaders' scheme: an intra-host binomial reduce and broadcast on the largest host, and
- * a ring all-reduce of m among the H leaders. Without hosts (or one host, or one rank per host) it is the
- * ring's cost.
+ * uneven hosts, the leaders' scheme, pipelined the same way: A a ring all-reduce of m among the H leaders,
+ * W = (L−1)·(2H·α_i + 2m·β_i + m·γ) on the largest host's leader (L−1 contributions of each of H segments in,
+ * each segment back out). Without hosts (or one host, or one rank per host) it is the ring's cost.
  */
 export function hierarchicalAllReduceCost(shape: CostShape, constants: CostConstants): number {
   const { n, m, chunk } = unpack(shape);
@@ -307,22 +307,28 @@ export function hierarchicalAllReduceCost(shape: CostShape, constants: CostConst
   const H = counts.length, L = Math.max(...counts);
   if (H === 1 || L === 1) return ringAllReduceCost(shape, constants);
   const intra = shape.intra ?? constants;
+  // The intra-host stages run slice by slice (H slices), behind the ring between hosts: only the first
+  // slice's reduce-scatter (or gathering into the leader) and the last one's all-gather (or return) are not
+  // hidden.
+  const pipelined = (within: number, across: number): number =>
+    within / H + Math.max(across, (within * (H - 1)) / H);
   if (counts.every((c) => c === L)) {
-    // The intra-host stages run slice by slice (H slices), behind the ring between hosts: only the first
-    // slice's reduce-scatter and the last one's all-gather are not hidden.
     const within = 2 * (L - 1) * H * intra.alpha + 2 * ((L - 1) / L) * m * intra.beta +
       ((L - 1) / L) * m * intra.gamma;
     const shard = m / L;
-    const across = ringAllReduceCost({ size: H, bytes: shard, chunkBytes: chunk }, {
-      alpha: constants.alpha,
-      beta: constants.beta * L,
-      gamma: constants.gamma,
-    });
-    return within / H + Math.max(across, (within * (H - 1)) / H);
+    return pipelined(
+      within,
+      ringAllReduceCost({ size: H, bytes: shard, chunkBytes: chunk }, {
+        alpha: constants.alpha,
+        beta: constants.beta * L,
+        gamma: constants.gamma,
+      }),
+    );
   }
-  return binomialReduceCost({ size: L, bytes: m, chunkBytes: chunk }, intra) +
-    ringAllReduceCost({ size: H, bytes: m, chunkBytes: chunk }, constants) +
-    binomialBroadcastCost({ size: L, bytes: m, chunkBytes: chunk }, intra);
+  // Uneven hosts, through leaders: the largest host's leader takes and reduces L−1 contributions of each
+  // segment and sends each back, over its own link within the host; the leaders' ring moves all of m.
+  const within = (L - 1) * (2 * H * intra.alpha + 2 * m * intra.beta + m * intra.gamma);
+  return pipelined(within, ringAllReduceCost({ size: H, bytes: m, chunkBytes: chunk }, constants));
 }
 
 /** Ranks per host, by host (in order of first appearance); every rank its own host without a map. */

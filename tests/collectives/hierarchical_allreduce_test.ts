@@ -1,12 +1,17 @@
 import assert from "node:assert/strict";
 import { hierarchicalAllReduce, hostGroups } from "../../collectives/hierarchical_allreduce.ts";
 import { ringAllReduce } from "../../collectives/ring_allreduce.ts";
-import { hierarchicalAllReduceCost, ringAllReduceCost } from "../../sim/cost_model.ts";
+import {
+  binomialBroadcastCost,
+  binomialReduceCost,
+  hierarchicalAllReduceCost,
+  ringAllReduceCost,
+} from "../../sim/cost_model.ts";
 import type { CollectiveContext } from "../../collectives/comm.ts";
 import { checkAllReduce, FEW_FLAVORS } from "./_cases.ts";
 import { bytes, runWorld } from "./_harness.ts";
 
-/** Host maps: even (the 2D scheme), uneven (through leaders), interleaved, one host, one rank per host. */
+/** Host maps: even (the 2D scheme), uneven (through leaders, pipelined), interleaved, one host, one rank per host. */
 const MAPS: readonly (readonly number[])[] = [
   [0, 0, 1, 1],
   [0, 0, 0, 1, 1, 1, 2, 2, 2],
@@ -79,6 +84,13 @@ Deno.test("4 hosts × 2 ranks: the network carries 2(H−1)/H·m per host agains
   assert.ok(hierarchical < ring);
 });
 
+Deno.test("uneven hosts: only the leaders cross, each sending 2(H−1)/H·m as in a ring of H", async () => {
+  const hosts = [0, 0, 0, 1, 1, 2];
+  const count = 3000, m = count * 4;
+  // 3 leaders in a ring of 3 on all of m; the other ranks talk only to their leader.
+  assert.equal(await crossHostBytes(hierarchicalAllReduce, hosts, count), 3 * (2 * 2 / 3) * m);
+});
+
 Deno.test("hostGroups() groups ranks by host in order of their first rank, each host's ranks in order", () => {
   assert.deepEqual(hostGroups([1, 0, 1, 0, 2], 5), [[0, 2], [1, 3], [4]]);
   assert.deepEqual(hostGroups(undefined, 3), [[0], [1], [2]]);
@@ -102,4 +114,9 @@ Deno.test("the model: hierarchical is the ring without hosts, and cheaper than i
     intra: shm,
   }, tcp);
   assert.ok(uneven > 0 && uneven < ringAllReduceCost({ size: 7, bytes: 4 << 20 }, tcp));
+  // Pipelined: less than gathering into the leaders, their ring, and returning, one after the other.
+  const m = { bytes: 4 << 20, chunkBytes: 1 << 20 };
+  const serial = binomialReduceCost({ size: 3, ...m }, shm) + ringAllReduceCost({ size: 3, ...m }, tcp) +
+    binomialBroadcastCost({ size: 3, ...m }, shm);
+  assert.ok(uneven < serial, `${uneven} < ${serial}`);
 });
