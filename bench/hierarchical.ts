@@ -6,11 +6,13 @@
  * calls and the CPU time a call costs the whole machine: where the CPUs are saturated, the time per call
  * is that CPU time over the cores, whatever the links, and an algorithm that saves link bytes only wins
  * once the links, not the CPUs, set the pace. 10 Gb/s is the control: links ten times faster, the same
- * CPU work. Writes `bench/results/hierarchical.json` and prints a Markdown table.
+ * CPU work. With `--bare`, the same two schedules on bare Deno sockets (`bench/_bare_rank.ts`: no engine, no
+ * Worker, no shared memory), the floor dcomm's own runs are held to. Writes `bench/results/hierarchical.json`
+ * (`hierarchical_bare.json`) and prints a Markdown table.
  *
  * ```sh
  * sudo deno task bench:hierarchical [--rates 1gbit,10gbit] [--hosts 4] [--ranks-per-host 2]
- *   [--sizes 512K,1M,2M,4M,16M] [--blocks 12] [--calls 8]
+ *   [--sizes 512K,1M,2M,4M,16M] [--blocks 12] [--calls 8] [--bare]
  * ```
  *
  * @module
@@ -28,9 +30,13 @@ const { values: flags } = parseArgs({
     sizes: { type: "string", default: "512K,1M,2M,4M,16M" },
     blocks: { type: "string", default: "12" },
     calls: { type: "string", default: "8" },
-    out: { type: "string", default: new URL("./results/hierarchical.json", import.meta.url).pathname },
+    /** The two schedules on bare Deno sockets (`_bare_rank.ts`): the floor dcomm's runs are held to. */
+    bare: { type: "boolean", default: false },
+    out: { type: "string" },
   },
 });
+const out = flags.out ??
+  new URL(`./results/hierarchical${flags.bare ? "_bare" : ""}.json`, import.meta.url).pathname;
 
 const why = await clusterUnavailable();
 if (why !== undefined) {
@@ -63,8 +69,10 @@ const rows: Row[] = [];
 for (const rate of flags.rates.split(",")) {
   const cluster = await createCluster({ hosts, rate, delay: "50us" });
   try {
-    const args = [`${here}_interleaved_rank.ts`, "--sizes", flags.sizes, "--algorithms", "ring,hierarchical"];
-    args.push("--blocks", flags.blocks, "--calls", flags.calls);
+    const args = flags.bare
+      ? [`${here}_bare_rank.ts`, "--addresses", cluster.addresses.join(",")]
+      : [`${here}_interleaved_rank.ts`, "--algorithms", "ring,hierarchical"];
+    args.push("--sizes", flags.sizes, "--blocks", flags.blocks, "--calls", flags.calls);
     const runs = await runOnCluster(cluster, ranksPerHost, args, { timeoutMs: 1_800_000 });
     const result = resultOf(runs, "RESULT", `ring against hierarchical at ${rate}`) as {
       rows: { bytes: number; algorithm: string; seconds: number; busy: number; cpuSeconds: number }[];
@@ -96,7 +104,9 @@ for (const rate of flags.rates.split(",")) {
 const ms = (s: number): string => (s * 1e3).toFixed(1);
 const pct = (x: number): string => `${Math.round(x * 100)}%`;
 const table = [
-  `${hosts} hosts × ${ranksPerHost} ranks, ${navigator.hardwareConcurrency} CPUs; times: the slowest rank's median call; ` +
+  `${
+    flags.bare ? "bare sockets, " : ""
+  }${hosts} hosts × ${ranksPerHost} ranks, ${navigator.hardwareConcurrency} CPUs; times: the slowest rank's median call; ` +
   "link: the bytes through each host's link at the link's rate; CPU: the whole machine's CPU time per call",
   "",
   "| rate | size | ring ms | hierarchical ms | ring / hier | link ms (ring, hier) | CPUs busy (ring, hier) | CPU ms per call (ring, hier) |",
@@ -109,12 +119,19 @@ const table = [
 ].join("\n");
 console.log(table);
 await Deno.writeTextFile(
-  flags.out,
+  out,
   JSON.stringify(
-    { date: new Date().toISOString(), hosts, ranksPerHost, cpus: navigator.hardwareConcurrency, rows },
+    {
+      date: new Date().toISOString(),
+      bare: flags.bare,
+      hosts,
+      ranksPerHost,
+      cpus: navigator.hardwareConcurrency,
+      rows,
+    },
     null,
     1,
   ) +
     "\n",
 );
-console.log(`\nWrote ${flags.out}`);
+console.log(`\nWrote ${out}`);

@@ -1,0 +1,201 @@
+/**
+ * A rank of `bench/hierarchical.ts --bare`: the flat ring all-reduce and the 2D hierarchical one written
+ * on bare Deno TCP sockets, nothing of dcomm (no engine, no Worker, no transport, no shared memory: the
+ * ranks of a host talk over TCP too, the sum is a JavaScript loop), to measure what the two schedules cost
+ * this machine with the least software between them and the links: the floor dcomm's own runs are held to.
+ * Same protocol as `_interleaved_rank.ts` (blocks of calls alternating between the two, the CPUs' busy
+ * share read around each), same `RESULT` line.
+ *
+ * The hierarchical schedule is the 2D scheme unpipelined: reduce-scatter within the host, a ring all-reduce
+ * of each rank's shard among the ranks of its index across the hosts, all-gather within the host (or, with
+ * `--scheme leaders`, one leader per host). Every step sends to one peer and receives from another at once;
+ * messages have no headers (every rank knows every size).
+ *
+ * @module
+ */
+import { parseArgs } from "node:util";
+
+const { values: flags } = parseArgs({
+  args: Deno.args,
+  options: {
+    addresses: { type: "string" },
+    sizes: { type: "string", default: "512K,1M,2M,4M,16M" },
+    blocks: { type: "string", default: "12" },
+    calls: { type: "string", default: "8" },
+    /** The hierarchical schedule: `2d` (the default, as dcomm runs on even hosts) or `leaders`. */
+    scheme: { type: "string", default: "2d" },
+  },
+});
+if (flags.scheme !== "2d" && flags.scheme !== "leaders") {
+  throw new Error(`Expected --scheme 2d or leaders, found "${flags.scheme}"`);
+}
+const env = (name: string): number => {
+  const value = Deno.env.get(name);
+  if (value === undefined) throw new Error(`Expected ${name} in the environment (run under the launcher)`);
+  return Number(value);
+};
+const rank = env("RANK"), n = env("WORLD_SIZE"), L = env("LOCAL_WORLD_SIZE");
+const H = n / L, host = Math.floor(rank / L), local = rank % L;
+const addresses = (flags.addresses ?? "").split(",");
+if (addresses.length !== H) throw new Error(`Expected ${H} addresses, found "${flags.addresses}"`);
+const port = env("MASTER_PORT") + 100;
+const mod = (a: number, m: number): number => ((a % m) + m) % m;
+
+// A socket to every other rank: the lower rank listens, the higher connects and says who it is.
+const conns: Deno.TcpConn[] = new Array(n);
+const listener = Deno.listen({ hostname: "0.0.0.0", port: port + local });
+const accepting = (async () => {
+  for (let k = rank + 1; k < n; k++) {
+    const conn = await listener.accept();
+    const id = new Uint8Array(4);
+    await readExact(conn, id);
+    conns[new DataView(id.buffer).getUint32(0, true)] = conn;
+  }
+})();
+for (let j = 0; j < rank; j++) {
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    try {
+      const conn = await Deno.connect({ hostname: addresses[Math.floor(j / L)], port: port + (j % L) });
+      const id = new Uint8Array(4);
+      new DataView(id.buffer).setUint32(0, rank, true);
+      await writeAll(conn, id);
+      conns[j] = conn;
+      break;
+    } catch (error) {
+      if (Date.now() > deadline) throw new Error(`Rank ${rank} could not reach rank ${j}`, { cause: error });
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  }
+}
+await accepting;
+listener.close();
+for (const conn of conns) conn?.setNoDelay(true);
+
+async function writeAll(conn: Deno.Conn, data: Uint8Array): Promise<void> {
+  for (let off = 0; off < data.length;) off += await conn.write(data.subarray(off));
+}
+async function readExact(conn: Deno.Conn, into: Uint8Array): Promise<void> {
+  for (let off = 0; off < into.length;) {
+    const got = await conn.read(into.subarray(off));
+    if (got === null) throw new Error(`Rank ${rank}: a peer closed its socket`);
+    off += got;
+  }
+}
+/** Sends `out` to `to` while receiving `into` from `from`. */
+async function exchange(to: number, out: Uint8Array, from: number, into: Uint8Array): Promise<void> {
+  await Promise.all([writeAll(conns[to], out), readExact(conns[from], into)]);
+}
+function add(dst: Float32Array, src: Float32Array): void {
+  for (let i = 0; i < dst.length; i++) dst[i] += src[i];
+}
+
+/** Ring all-reduce of `buf` among `ring` (ranks, this one among them at `me`). */
+async function ringAllReduce(buf: Float32Array, ring: readonly number[], me: number): Promise<void> {
+  const p = ring.length, right = ring[mod(me + 1, p)], left = ring[mod(me - 1, p)];
+  const size = buf.length / p, tmp = new Float32Array(size);
+  const part = (c: number): Float32Array => buf.subarray(c * size, (c + 1) * size);
+  const bytes = (a: Float32Array): Uint8Array => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+  for (let s = 0; s < p - 1; s++) {
+    await exchange(right, bytes(part(mod(me - s, p))), left, bytes(tmp));
+    add(part(mod(me - s - 1, p)), tmp);
+  }
+  for (let s = 0; s < p - 1; s++) {
+    await exchange(right, bytes(part(mod(me + 1 - s, p))), left, bytes(part(mod(me - s, p))));
+  }
+}
+
+/** The 2D scheme: within the host, across the hosts on this rank's shard, within the host. */
+async function hierarchical(buf: Float32Array): Promise<void> {
+  const mine = Array.from({ length: L }, (_, i) => host * L + i);
+  const across = Array.from({ length: H }, (_, h) => h * L + local);
+  const shard = buf.length / L;
+  const part = (i: number): Float32Array => buf.subarray(i * shard, (i + 1) * shard);
+  const bytes = (a: Float32Array): Uint8Array => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+  const tmp = new Float32Array(shard);
+  const right = mine[mod(local + 1, L)], left = mine[mod(local - 1, L)];
+  for (let s = 0; s < L - 1; s++) {
+    await exchange(right, bytes(part(mod(local - s - 1, L))), left, bytes(tmp));
+    add(part(mod(local - s - 2, L)), tmp);
+  }
+  await ringAllReduce(part(local), across, host);
+  for (let s = 0; s < L - 1; s++) {
+    await exchange(right, bytes(part(mod(local - s, L))), left, bytes(part(mod(local - s - 1, L))));
+  }
+}
+
+/**
+ * One leader per host (`--scheme leaders`): the others send it their buffers whole, it sums them, the
+ * leaders run a ring all-reduce of the whole buffer, and each leader sends the result back whole.
+ */
+async function leaders(buf: Float32Array): Promise<void> {
+  const leader = host * L;
+  const bytes = (a: Float32Array): Uint8Array => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+  if (rank !== leader) {
+    await writeAll(conns[leader], bytes(buf));
+    await readExact(conns[leader], bytes(buf));
+    return;
+  }
+  const tmp = new Float32Array(buf.length);
+  for (let i = 1; i < L; i++) {
+    await readExact(conns[leader + i], bytes(tmp));
+    add(buf, tmp);
+  }
+  await ringAllReduce(buf, Array.from({ length: H }, (_, h) => h * L), host);
+  await Promise.all(Array.from({ length: L - 1 }, (_, i) => writeAll(conns[leader + 1 + i], bytes(buf))));
+}
+
+/** Busy and total clock ticks of all CPUs since boot. */
+function cpuTicks(): { busy: number; total: number } {
+  const fields = Deno.readTextFileSync("/proc/stat").split("\n")[0].trim().split(/\s+/).slice(1, 9)
+    .map(Number);
+  const total = fields.reduce((a, b) => a + b, 0);
+  return { busy: total - fields[3] - fields[4], total };
+}
+const world = Array.from({ length: n }, (_, r) => r);
+const barrier = (): Promise<void> => ringAllReduce(new Float32Array(n), world, rank);
+const bytesOf = (s: string): number => Number(s.slice(0, -1)) * (s.endsWith("M") ? 1 << 20 : 1024);
+const schedules: [string, (buf: Float32Array) => Promise<void>][] = [
+  ["ring", (buf) => ringAllReduce(buf, world, rank)],
+  ["hierarchical", flags.scheme === "leaders" ? leaders : hierarchical],
+];
+const blocks = Number(flags.blocks), calls = Number(flags.calls);
+const rows: { bytes: number; algorithm: string; seconds: number; busy: number; cpuSeconds: number }[] = [];
+for (const size of flags.sizes.split(",")) {
+  const bytes = bytesOf(size);
+  const buf = new Float32Array(bytes / 4).fill(1);
+  for (const [, run] of schedules) for (let i = 0; i < 10; i++) await run(buf);
+  const times = schedules.map((): number[] => []);
+  const busy = schedules.map(() => ({ busy: 0, total: 0, seconds: 0 }));
+  for (let b = 0; b < blocks; b++) {
+    for (const [j, [, run]] of schedules.entries()) {
+      await barrier();
+      await run(buf);
+      const before = rank === 0 ? cpuTicks() : undefined;
+      const start = performance.now();
+      for (let i = 0; i < calls; i++) {
+        const t0 = performance.now();
+        await run(buf);
+        times[j].push((performance.now() - t0) / 1000);
+      }
+      if (before !== undefined) {
+        const after = cpuTicks();
+        busy[j].busy += after.busy - before.busy;
+        busy[j].total += after.total - before.total;
+        busy[j].seconds += (performance.now() - start) / 1000;
+      }
+    }
+  }
+  // The slowest rank's median: every rank's medians summed into a vector of n slots per schedule.
+  const medians = new Float32Array(schedules.length * n);
+  schedules.forEach((_, j) => medians[j * n + rank] = times[j].sort((a, b) => a - b)[times[j].length >> 1]);
+  await ringAllReduce(medians, world, rank);
+  schedules.forEach(([algorithm], j) => {
+    const share = busy[j].total > 0 ? busy[j].busy / busy[j].total : 0;
+    const cpuSeconds = (share * navigator.hardwareConcurrency * busy[j].seconds) / (blocks * calls);
+    const seconds = Math.max(...medians.subarray(j * n, (j + 1) * n));
+    rows.push({ bytes, algorithm, seconds, busy: share, cpuSeconds });
+  });
+}
+if (rank === 0) console.log(`RESULT ${JSON.stringify({ size: n, rows })}`);
+for (const conn of conns) conn?.close();
