@@ -324,6 +324,8 @@ class TcpPair implements Pair {
   #sendTail: Promise<void> = Promise.resolve();
   #posted: Posted[] = [];
   #arrived: Arrived[] = [];
+  /** Where a header and its payload are put together for one write (grown as needed, kept). */
+  #frame = new Uint8Array(0);
   /** Rejecters of sends under way. */
   readonly #sending = new Set<(error: Error) => void>();
   /** Rejecters of receives whose message is still arriving (the others are in `#posted`). */
@@ -447,7 +449,11 @@ class TcpPair implements Pair {
     try {
       const bytes = payload.length;
       if (bytes <= COALESCE_BYTES) {
-        const frame = new Uint8Array(HEADER_BYTES + bytes);
+        // Sends on a pair run one at a time (#sendTail), so one buffer serves them all.
+        if (this.#frame.length < HEADER_BYTES + bytes) {
+          this.#frame = new Uint8Array(Math.max(HEADER_BYTES + bytes, 2 * this.#frame.length));
+        }
+        const frame = this.#frame.subarray(0, HEADER_BYTES + bytes);
         encodeHeader(frame, { kind: FRAME_DATA, desc, bytes });
         frame.set(payload, HEADER_BYTES);
         await writeAll(this.#conns[0], frame);
