@@ -1,0 +1,172 @@
+/**
+ * Where dcomm's time goes against bare sockets, layer by layer: a rank script for the emulated cluster
+ * (`sudo deno task cluster --hosts 4 --ranks-per-host 2 --rate 1gbit bench/_layers_rank.ts [bytes]`) that
+ * runs three ring all-reduces of the same fp32 buffer on the main thread, interleaved in blocks of 8 calls
+ * (15 blocks each), with a JavaScript sum in all three:
+ *
+ * - `bare`: a ring loop on bare Deno TCP sockets (one per pair of ranks, within a host too);
+ * - `plan+bare`: dcomm's Plan-based `ringAllReduce` over the same sockets, no framing;
+ * - `plan+tcp`: the same over dcomm's `TcpTransport` (frames, a reader per pair).
+ *
+ * Rank 0 prints each one's slowest-rank median call, the share of the machine's CPUs busy during its calls
+ * and the machine's CPU time per call. No engine, no Worker: what the process group adds on top is the
+ * difference between `plan+tcp` and `bench:hierarchical`'s ring.
+ *
+ * @module
+ */
+import { defaultHostname, rankInfo } from "../backend/env.ts";
+import { TcpStore } from "../store/tcp_store.ts";
+import { PrefixStore } from "../store/prefix_store.ts";
+import { TcpTransport } from "../transport/tcp.ts";
+import { DESC_BYTES } from "../transport/transport.ts";
+import { ringAllReduce } from "../collectives/ring_allreduce.ts";
+import type { CollectiveContext } from "../collectives/comm.ts";
+
+const info = rankInfo(Deno.env.toObject());
+const rank = info.rank, n = info.worldSize;
+const bytes = Number(Deno.args[0] ?? 1 << 20);
+if (!(bytes > 0 && bytes % (4 * n) === 0)) {
+  throw new RangeError(`Expected a size in bytes that ${4 * n} divides, found ${Deno.args[0]}`);
+}
+const client = await TcpStore.connect({ hostname: info.masterAddr, port: info.masterPort as number });
+const store = new PrefixStore("layers/", client);
+const hostname = defaultHostname(info.masterAddr ?? "127.0.0.1");
+const transport = await TcpTransport.connect(store, { rank, size: n, timeoutMs: 60_000, hostname });
+
+// Bare sockets: every rank listens, publishes its address, and connects to the lower ranks.
+const listener = Deno.listen({ hostname: "0.0.0.0", port: 0 });
+await store.set(`bare/${rank}`, `${hostname}:${(listener.addr as Deno.NetAddr).port}`);
+const conns: Deno.TcpConn[] = new Array(n);
+const accepting = (async () => {
+  for (let k = rank + 1; k < n; k++) {
+    const conn = await listener.accept();
+    const id = new Uint8Array(4);
+    await readExact(conn, id);
+    conns[new DataView(id.buffer).getUint32(0, true)] = conn;
+  }
+})();
+for (let j = 0; j < rank; j++) {
+  const [host, port] = new TextDecoder().decode(await store.get(`bare/${j}`, { timeoutMs: 60_000 })).split(
+    ":",
+  );
+  const conn = await Deno.connect({ hostname: host, port: Number(port) });
+  const id = new Uint8Array(4);
+  new DataView(id.buffer).setUint32(0, rank, true);
+  await writeAll(conn, id);
+  conns[j] = conn;
+}
+await accepting;
+listener.close();
+for (const conn of conns) conn?.setNoDelay(true);
+
+async function writeAll(conn: Deno.Conn, data: Uint8Array): Promise<void> {
+  for (let off = 0; off < data.length;) off += await conn.write(data.subarray(off));
+}
+async function readExact(conn: Deno.Conn, into: Uint8Array): Promise<void> {
+  for (let off = 0; off < into.length;) {
+    const got = await conn.read(into.subarray(off));
+    if (got === null) throw new Error(`Rank ${rank}: a peer closed its socket`);
+    off += got;
+  }
+}
+const mod = (a: number, m: number): number => ((a % m) + m) % m;
+function add(dst: Uint8Array, src: Uint8Array): void {
+  const a = new Float32Array(dst.buffer, dst.byteOffset, dst.length / 4);
+  const b = new Float32Array(src.buffer, src.byteOffset, src.length / 4);
+  for (let i = 0; i < a.length; i++) a[i] += b[i];
+}
+/** Kept buffers, as the engine keeps its scratch: a fresh 128 KiB per call costs page faults here. */
+const kept = [new Uint8Array(0), new Uint8Array(0)];
+const keep = (i: number, size: number): Uint8Array =>
+  (kept[i].length >= size ? kept[i] : (kept[i] = new Uint8Array(size))).subarray(0, size);
+
+async function bareRing(buf: Uint8Array): Promise<void> {
+  const size = buf.length / n, tmp = keep(0, size), right = mod(rank + 1, n), left = mod(rank - 1, n);
+  const part = (c: number): Uint8Array => buf.subarray(c * size, (c + 1) * size);
+  for (let s = 0; s < n - 1; s++) {
+    await Promise.all([writeAll(conns[right], part(mod(rank - s, n))), readExact(conns[left], tmp)]);
+    add(part(mod(rank - s - 1, n)), tmp);
+  }
+  for (let s = 0; s < n - 1; s++) {
+    await Promise.all([
+      writeAll(conns[right], part(mod(rank + 1 - s, n))),
+      readExact(conns[left], part(mod(rank - s, n))),
+    ]);
+  }
+}
+const context = (comm: CollectiveContext["comm"]): CollectiveContext => ({
+  comm,
+  elemSize: 4,
+  reduce: add,
+  reduceMany: () => {
+    throw new Error("not used by the ring");
+  },
+  scratch: (size) => keep(1, size),
+  chunkBytes: 1 << 20,
+});
+const desc = new Uint8Array(DESC_BYTES);
+const overBare = context({
+  rank,
+  size: n,
+  send: (peer, data) => writeAll(conns[peer], data),
+  recv: (peer, into) => readExact(conns[peer], into),
+});
+const overTcp = context({
+  rank,
+  size: n,
+  send: (peer, data) => transport.pair(peer).send(desc, data),
+  recv: async (peer, into) => {
+    await transport.pair(peer).recv(into);
+  },
+});
+const arms: [string, (buf: Uint8Array) => Promise<void>][] = [
+  ["bare", bareRing],
+  ["plan+bare", (buf) => ringAllReduce(overBare, buf)],
+  ["plan+tcp", (buf) => ringAllReduce(overTcp, buf)],
+];
+
+/** Busy and total clock ticks of all CPUs since boot. */
+function cpuTicks(): [number, number] {
+  const f = Deno.readTextFileSync("/proc/stat").split("\n")[0].trim().split(/\s+/).slice(1, 9).map(Number);
+  const total = f.reduce((a, b) => a + b, 0);
+  return [total - f[3] - f[4], total];
+}
+const buf = new Uint8Array(bytes);
+const times = arms.map((): number[] => []);
+const busy = arms.map(() => [0, 0, 0]);
+for (let b = -2; b < 15; b++) {
+  for (const [j, [, run]] of arms.entries()) {
+    await bareRing(new Uint8Array(4 * n)); // every rank here before the block starts
+    const [busy0, total0] = cpuTicks(), start = performance.now();
+    for (let i = 0; i < 8; i++) {
+      const t0 = performance.now();
+      await run(buf);
+      if (b >= 0) times[j].push(performance.now() - t0);
+    }
+    const [busy1, total1] = cpuTicks();
+    if (b >= 0) {
+      busy[j][0] += busy1 - busy0;
+      busy[j][1] += total1 - total0;
+      busy[j][2] += performance.now() - start;
+    }
+  }
+}
+const medians = new Float32Array(arms.length * n);
+arms.forEach((_, j) => medians[j * n + rank] = times[j].sort((a, b) => a - b)[times[j].length >> 1]);
+await bareRing(new Uint8Array(medians.buffer));
+if (rank === 0) {
+  console.log(`ring all-reduce of ${bytes} bytes on ${n} ranks, the slowest rank's median call:`);
+  arms.forEach(([name], j) => {
+    const share = busy[j][0] / busy[j][1];
+    const cpu = share * navigator.hardwareConcurrency * busy[j][2] / times[j].length;
+    const ms = Math.max(...medians.subarray(j * n, (j + 1) * n));
+    console.log(
+      `  ${name.padEnd(10)} ${ms.toFixed(2)} ms   CPUs ${Math.round(share * 100)}% busy   ${
+        cpu.toFixed(1)
+      } ms of CPU`,
+    );
+  });
+}
+await transport.close();
+for (const conn of conns) conn?.close();
+await client[Symbol.asyncDispose]();
