@@ -130,7 +130,7 @@ await Deno.writeTextFile(
       rows,
     },
     null,
-    1,
+    2, // as deno fmt writes JSON, so that the results pass `deno fmt --check` as written
   ) +
     "\n",
 );
