@@ -14,6 +14,7 @@
  * @module
  */
 import { parseArgs } from "node:util";
+import { bareMesh, type BlockCpu, cpuPerCall, readExact, timedBlock, writeAll } from "./_bare.ts";
 
 const { values: flags } = parseArgs({
   args: Deno.args,
@@ -41,47 +42,14 @@ if (addresses.length !== H) throw new Error(`Expected ${H} addresses, found "${f
 const port = env("MASTER_PORT") + 100;
 const mod = (a: number, m: number): number => ((a % m) + m) % m;
 
-// A socket to every other rank: the lower rank listens, the higher connects and says who it is.
-const conns: Deno.TcpConn[] = new Array(n);
-const listener = Deno.listen({ hostname: "0.0.0.0", port: port + local });
-const accepting = (async () => {
-  for (let k = rank + 1; k < n; k++) {
-    const conn = await listener.accept();
-    const id = new Uint8Array(4);
-    await readExact(conn, id);
-    conns[new DataView(id.buffer).getUint32(0, true)] = conn;
-  }
-})();
-for (let j = 0; j < rank; j++) {
-  const deadline = Date.now() + 30_000;
-  for (;;) {
-    try {
-      const conn = await Deno.connect({ hostname: addresses[Math.floor(j / L)], port: port + (j % L) });
-      const id = new Uint8Array(4);
-      new DataView(id.buffer).setUint32(0, rank, true);
-      await writeAll(conn, id);
-      conns[j] = conn;
-      break;
-    } catch (error) {
-      if (Date.now() > deadline) throw new Error(`Rank ${rank} could not reach rank ${j}`, { cause: error });
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
-  }
-}
-await accepting;
-listener.close();
-for (const conn of conns) conn?.setNoDelay(true);
+// A socket to every other rank.
+const conns = await bareMesh(
+  rank,
+  n,
+  Deno.listen({ hostname: "0.0.0.0", port: port + local }),
+  (j) => Promise.resolve({ hostname: addresses[Math.floor(j / L)], port: port + (j % L) }),
+);
 
-async function writeAll(conn: Deno.Conn, data: Uint8Array): Promise<void> {
-  for (let off = 0; off < data.length;) off += await conn.write(data.subarray(off));
-}
-async function readExact(conn: Deno.Conn, into: Uint8Array): Promise<void> {
-  for (let off = 0; off < into.length;) {
-    const got = await conn.read(into.subarray(off));
-    if (got === null) throw new Error(`Rank ${rank}: a peer closed its socket`);
-    off += got;
-  }
-}
 /** Sends `out` to `to` while receiving `into` from `from`. */
 async function exchange(to: number, out: Uint8Array, from: number, into: Uint8Array): Promise<void> {
   await Promise.all([writeAll(conns[to], out), readExact(conns[from], into)]);
@@ -145,13 +113,6 @@ async function leaders(buf: Float32Array): Promise<void> {
   await Promise.all(Array.from({ length: L - 1 }, (_, i) => writeAll(conns[leader + 1 + i], bytes(buf))));
 }
 
-/** Busy and total clock ticks of all CPUs since boot. */
-function cpuTicks(): { busy: number; total: number } {
-  const fields = Deno.readTextFileSync("/proc/stat").split("\n")[0].trim().split(/\s+/).slice(1, 9)
-    .map(Number);
-  const total = fields.reduce((a, b) => a + b, 0);
-  return { busy: total - fields[3] - fields[4], total };
-}
 const world = Array.from({ length: n }, (_, r) => r);
 const barrier = (): Promise<void> => ringAllReduce(new Float32Array(n), world, rank);
 const bytesOf = (s: string): number => Number(s.slice(0, -1)) * (s.endsWith("M") ? 1 << 20 : 1024);
@@ -166,24 +127,12 @@ for (const size of flags.sizes.split(",")) {
   const buf = new Float32Array(bytes / 4).fill(1);
   for (const [, run] of schedules) for (let i = 0; i < 10; i++) await run(buf);
   const times = schedules.map((): number[] => []);
-  const busy = schedules.map(() => ({ busy: 0, total: 0, seconds: 0 }));
+  const cpu = schedules.map((): BlockCpu => ({ busy: 0, total: 0, seconds: 0 }));
   for (let b = 0; b < blocks; b++) {
     for (const [j, [, run]] of schedules.entries()) {
       await barrier();
       await run(buf);
-      const before = rank === 0 ? cpuTicks() : undefined;
-      const start = performance.now();
-      for (let i = 0; i < calls; i++) {
-        const t0 = performance.now();
-        await run(buf);
-        times[j].push((performance.now() - t0) / 1000);
-      }
-      if (before !== undefined) {
-        const after = cpuTicks();
-        busy[j].busy += after.busy - before.busy;
-        busy[j].total += after.total - before.total;
-        busy[j].seconds += (performance.now() - start) / 1000;
-      }
+      await timedBlock(() => run(buf), calls, times[j], rank === 0 ? cpu[j] : undefined);
     }
   }
   // The slowest rank's median: every rank's medians summed into a vector of n slots per schedule.
@@ -191,10 +140,8 @@ for (const size of flags.sizes.split(",")) {
   schedules.forEach((_, j) => medians[j * n + rank] = times[j].sort((a, b) => a - b)[times[j].length >> 1]);
   await ringAllReduce(medians, world, rank);
   schedules.forEach(([algorithm], j) => {
-    const share = busy[j].total > 0 ? busy[j].busy / busy[j].total : 0;
-    const cpuSeconds = (share * navigator.hardwareConcurrency * busy[j].seconds) / (blocks * calls);
     const seconds = Math.max(...medians.subarray(j * n, (j + 1) * n));
-    rows.push({ bytes, algorithm, seconds, busy: share, cpuSeconds });
+    rows.push({ bytes, algorithm, seconds, ...cpuPerCall(cpu[j], blocks * calls) });
   });
 }
 if (rank === 0) console.log(`RESULT ${JSON.stringify({ size: n, rows })}`);

@@ -10,6 +10,7 @@
  */
 import { parseArgs } from "node:util";
 import { init } from "../backend/init.ts";
+import { type BlockCpu, cpuPerCall, timedBlock } from "./_bare.ts";
 
 const { values: flags } = parseArgs({
   args: Deno.args,
@@ -24,14 +25,6 @@ const bytesOf = (s: string): number => Number(s.slice(0, -1)) * (s.endsWith("M")
 const algorithms = flags.algorithms.split(",");
 const blocks = Number(flags.blocks), calls = Number(flags.calls);
 
-/** Busy and total clock ticks of all CPUs since boot. */
-function cpuTicks(): { busy: number; total: number } {
-  const fields = Deno.readTextFileSync("/proc/stat").split("\n")[0].trim().split(/\s+/).slice(1, 9)
-    .map(Number);
-  const total = fields.reduce((a, b) => a + b, 0);
-  return { busy: total - fields[3] - fields[4], total };
-}
-
 await using pg = await init({ timeoutMs: 600_000 });
 const rows: { bytes: number; algorithm: string; seconds: number; busy: number; cpuSeconds: number }[] = [];
 // Every algorithm's code compiled, and each size's buffers and plans warm, before anything is timed: the
@@ -43,33 +36,23 @@ for (const size of flags.sizes.split(",")) {
   const t = new Float32Array(bytes / 4).fill(1);
   for (const algorithm of algorithms) for (let i = 0; i < 10; i++) await pg.allReduce(t, { algorithm });
   const times = algorithms.map((): number[] => []);
-  const busy = algorithms.map(() => ({ busy: 0, total: 0, seconds: 0 }));
+  const cpu = algorithms.map((): BlockCpu => ({ busy: 0, total: 0, seconds: 0 }));
   for (let b = 0; b < blocks; b++) {
     for (const [j, algorithm] of algorithms.entries()) {
       await pg.barrier();
       await pg.allReduce(t, { algorithm });
-      const before = pg.rank === 0 ? cpuTicks() : undefined;
-      const start = performance.now();
-      for (let i = 0; i < calls; i++) {
-        const t0 = performance.now();
-        await pg.allReduce(t, { algorithm });
-        times[j].push((performance.now() - t0) / 1000);
-      }
-      if (before !== undefined) {
-        const after = cpuTicks();
-        busy[j].busy += after.busy - before.busy;
-        busy[j].total += after.total - before.total;
-        busy[j].seconds += (performance.now() - start) / 1000;
-      }
+      await timedBlock(
+        () => pg.allReduce(t, { algorithm }).wait(),
+        calls,
+        times[j],
+        pg.rank === 0 ? cpu[j] : undefined,
+      );
     }
   }
   const medians = new Float64Array(times.map((ts) => ts.sort((a, b) => a - b)[ts.length >> 1]));
   await pg.allReduce(medians, { op: "max" });
   algorithms.forEach((algorithm, j) => {
-    const share = busy[j].total > 0 ? busy[j].busy / busy[j].total : 0;
-    // The machine's CPU time per call: the busy share of all its CPUs over the timed calls, per call.
-    const cpuSeconds = (share * navigator.hardwareConcurrency * busy[j].seconds) / (blocks * calls);
-    rows.push({ bytes, algorithm, seconds: medians[j], busy: share, cpuSeconds });
+    rows.push({ bytes, algorithm, seconds: medians[j], ...cpuPerCall(cpu[j], blocks * calls) });
   });
 }
 if (pg.rank === 0) console.log(`RESULT ${JSON.stringify({ size: pg.size, rows })}`);

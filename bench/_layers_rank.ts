@@ -21,6 +21,7 @@ import { TcpTransport } from "../transport/tcp.ts";
 import { DESC_BYTES } from "../transport/transport.ts";
 import { ringAllReduce } from "../collectives/ring_allreduce.ts";
 import type { CollectiveContext } from "../collectives/comm.ts";
+import { bareMesh, type BlockCpu, cpuPerCall, readExact, timedBlock, writeAll } from "./_bare.ts";
 
 const info = rankInfo(Deno.env.toObject());
 const rank = info.rank, n = info.worldSize;
@@ -33,42 +34,16 @@ const store = new PrefixStore("layers/", client);
 const hostname = defaultHostname(info.masterAddr ?? "127.0.0.1");
 const transport = await TcpTransport.connect(store, { rank, size: n, timeoutMs: 60_000, hostname });
 
-// Bare sockets: every rank listens, publishes its address, and connects to the lower ranks.
+// Bare sockets: every rank listens and publishes its address; the higher of each pair connects.
 const listener = Deno.listen({ hostname: "0.0.0.0", port: 0 });
 await store.set(`bare/${rank}`, `${hostname}:${(listener.addr as Deno.NetAddr).port}`);
-const conns: Deno.TcpConn[] = new Array(n);
-const accepting = (async () => {
-  for (let k = rank + 1; k < n; k++) {
-    const conn = await listener.accept();
-    const id = new Uint8Array(4);
-    await readExact(conn, id);
-    conns[new DataView(id.buffer).getUint32(0, true)] = conn;
-  }
-})();
-for (let j = 0; j < rank; j++) {
+const conns = await bareMesh(rank, n, listener, async (j) => {
   const [host, port] = new TextDecoder().decode(await store.get(`bare/${j}`, { timeoutMs: 60_000 })).split(
     ":",
   );
-  const conn = await Deno.connect({ hostname: host, port: Number(port) });
-  const id = new Uint8Array(4);
-  new DataView(id.buffer).setUint32(0, rank, true);
-  await writeAll(conn, id);
-  conns[j] = conn;
-}
-await accepting;
-listener.close();
-for (const conn of conns) conn?.setNoDelay(true);
+  return { hostname: host, port: Number(port) };
+});
 
-async function writeAll(conn: Deno.Conn, data: Uint8Array): Promise<void> {
-  for (let off = 0; off < data.length;) off += await conn.write(data.subarray(off));
-}
-async function readExact(conn: Deno.Conn, into: Uint8Array): Promise<void> {
-  for (let off = 0; off < into.length;) {
-    const got = await conn.read(into.subarray(off));
-    if (got === null) throw new Error(`Rank ${rank}: a peer closed its socket`);
-    off += got;
-  }
-}
 const mod = (a: number, m: number): number => ((a % m) + m) % m;
 function add(dst: Uint8Array, src: Uint8Array): void {
   const a = new Float32Array(dst.buffer, dst.byteOffset, dst.length / 4);
@@ -125,30 +100,14 @@ const arms: [string, (buf: Uint8Array) => Promise<void>][] = [
   ["plan+tcp", (buf) => ringAllReduce(overTcp, buf)],
 ];
 
-/** Busy and total clock ticks of all CPUs since boot. */
-function cpuTicks(): [number, number] {
-  const f = Deno.readTextFileSync("/proc/stat").split("\n")[0].trim().split(/\s+/).slice(1, 9).map(Number);
-  const total = f.reduce((a, b) => a + b, 0);
-  return [total - f[3] - f[4], total];
-}
 const buf = new Uint8Array(bytes);
 const times = arms.map((): number[] => []);
-const busy = arms.map(() => [0, 0, 0]);
+const cpu = arms.map((): BlockCpu => ({ busy: 0, total: 0, seconds: 0 }));
 for (let b = -2; b < 15; b++) {
   for (const [j, [, run]] of arms.entries()) {
     await bareRing(new Uint8Array(4 * n)); // every rank here before the block starts
-    const [busy0, total0] = cpuTicks(), start = performance.now();
-    for (let i = 0; i < 8; i++) {
-      const t0 = performance.now();
-      await run(buf);
-      if (b >= 0) times[j].push(performance.now() - t0);
-    }
-    const [busy1, total1] = cpuTicks();
-    if (b >= 0) {
-      busy[j][0] += busy1 - busy0;
-      busy[j][1] += total1 - total0;
-      busy[j][2] += performance.now() - start;
-    }
+    // The first two rounds warm up, untimed.
+    await timedBlock(() => run(buf), 8, b >= 0 ? times[j] : [], b >= 0 ? cpu[j] : undefined);
   }
 }
 const medians = new Float32Array(arms.length * n);
@@ -157,13 +116,11 @@ await bareRing(new Uint8Array(medians.buffer));
 if (rank === 0) {
   console.log(`ring all-reduce of ${bytes} bytes on ${n} ranks, the slowest rank's median call:`);
   arms.forEach(([name], j) => {
-    const share = busy[j][0] / busy[j][1];
-    const cpu = share * navigator.hardwareConcurrency * busy[j][2] / times[j].length;
-    const ms = Math.max(...medians.subarray(j * n, (j + 1) * n));
+    const { busy, cpuSeconds } = cpuPerCall(cpu[j], times[j].length);
+    const ms = Math.max(...medians.subarray(j * n, (j + 1) * n)) * 1e3;
     console.log(
-      `  ${name.padEnd(10)} ${ms.toFixed(2)} ms   CPUs ${Math.round(share * 100)}% busy   ${
-        cpu.toFixed(1)
-      } ms of CPU`,
+      `  ${name.padEnd(10)} ${ms.toFixed(2)} ms   CPUs ${Math.round(busy * 100)}% busy   ` +
+        `${(cpuSeconds * 1e3).toFixed(1)} ms of CPU`,
     );
   });
 }

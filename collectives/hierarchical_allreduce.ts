@@ -135,24 +135,11 @@ async function twoDimensional(
 
   // 2. Inter-host ring all-reduce of shard i among the H ranks of local index i, each segment after its
   // slice is reduced within the host.
-  const final: Step[] = new Array(H);
-  const sentInReduce: Step[][] = new Array(H);
-  let arrived: Step[] = [];
-  for (let t = 0; t < 2 * (H - 1); t++) {
-    const out = mod(x - t, H);
-    const sendAfter = arrived;
-    const sends = part(i, out).map((c, k) =>
-      plan.send(acrossRight, c, { after: t > 0 ? [sendAfter[k]] : [intraDone[out]] })
-    );
-    if (t < H - 1) sentInReduce[out] = sends;
-    const inc = mod(x - t - 1, H);
-    arrived = part(i, inc).map((c, k) =>
-      t < H - 1
-        ? plan.recvReduce(acrossLeft, c, { after: [intraDone[inc]] })
-        : plan.recv(acrossLeft, c, { after: [sentInReduce[inc][k]] })
-    );
-    if (t >= H - 2) final[inc] = plan.join(arrived);
-  }
+  const final = ringOfHosts(
+    plan,
+    { x, H, right: acrossRight, left: acrossLeft, ready: intraDone },
+    (s) => part(i, s),
+  );
 
   // 3. Intra-host ring all-gather of each slice once its segment is final, in the order they finish
   // (x+1, then x, x−1, ..., x+2); wire keys H..2H−1.
@@ -218,28 +205,46 @@ async function leaders(
   });
   const ring = groups.map((g) => g[0]);
   const right = ring[mod(x + 1, H)], left = ring[mod(x - 1, H)];
-  const final: Step[] = new Array(H);
-  const sentInReduce: Step[][] = new Array(H);
-  let arrived: Step[] = [];
-  for (let t = 0; t < 2 * (H - 1); t++) {
-    const out = mod(x - t, H);
-    const sendAfter = arrived;
-    const sends = seg(out).map((c, k) =>
-      plan.send(right, c, { after: t > 0 ? [sendAfter[k]] : [localDone[out]] })
-    );
-    if (t < H - 1) sentInReduce[out] = sends;
-    const inc = mod(x - t - 1, H);
-    arrived = seg(inc).map((c, k) =>
-      t < H - 1
-        ? plan.recvReduce(left, c, { after: [localDone[inc]] })
-        : plan.recv(left, c, { after: [sentInReduce[inc][k]] })
-    );
-    if (t >= H - 2) final[inc] = plan.join(arrived);
-  }
+  const final = ringOfHosts(plan, { x, H, right, left, ready: localDone }, seg);
   finishOrder.forEach((s, o) => {
     for (const peer of mine.slice(1)) {
       seg(s).forEach((c) => plan.send(peer, c, { key: H + o, after: [final[s]] }));
     }
   });
   await plan.run();
+}
+
+/**
+ * The ring between hosts, added to `plan`: an all-reduce of H segments (`segment(s)`, in chunks) with the
+ * rank of this index on the next host (`right`) and the previous (`left`), this rank's host being `x`. Step t
+ * sends segment x−t and reduces into x−t−1 (then, in the all-gather, receives into it); a segment is sent or
+ * reduced into only once `ready[s]` (its part of the work within the host) is done.
+ *
+ * @returns Each segment's final step: when this rank holds its all-reduced value.
+ */
+function ringOfHosts(
+  plan: Plan,
+  at: { x: number; H: number; right: number; left: number; ready: readonly Step[] },
+  segment: (s: number) => Uint8Array[],
+): Step[] {
+  const { x, H, right, left, ready } = at;
+  const final: Step[] = new Array(H);
+  const sentInReduce: Step[][] = new Array(H);
+  let arrived: Step[] = [];
+  for (let t = 0; t < 2 * (H - 1); t++) {
+    const out = mod(x - t, H);
+    const sendAfter = arrived;
+    const sends = segment(out).map((c, k) =>
+      plan.send(right, c, { after: t > 0 ? [sendAfter[k]] : [ready[out]] })
+    );
+    if (t < H - 1) sentInReduce[out] = sends;
+    const inc = mod(x - t - 1, H);
+    arrived = segment(inc).map((c, k) =>
+      t < H - 1
+        ? plan.recvReduce(left, c, { after: [ready[inc]] })
+        : plan.recv(left, c, { after: [sentInReduce[inc][k]] })
+    );
+    if (t >= H - 2) final[inc] = plan.join(arrived);
+  }
+  return final;
 }
