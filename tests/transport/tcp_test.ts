@@ -63,6 +63,27 @@ Deno.test("TcpTransport puts header and payload together in a buffer it keeps, u
   });
 });
 
+Deno.test("TcpTransport keeps the buffers of messages that came before their receive: early messages of mixed sizes, received later, arrive intact", async () => {
+  await using w = await world(TCP, 2);
+  const [a, b] = w.ranks;
+  // Each round: three messages sent before any receive is posted, so they land in buffers of their own,
+  // which the next round's early messages reuse (larger, smaller, equal; one beyond what a pair keeps).
+  const rounds = [[128 << 10, 128 << 10, 64 << 10], [200 << 10, 5, 128 << 10], [(4 << 20) + 8, 64 << 10, 0]];
+  let k = 0;
+  for (const sizes of rounds) {
+    const first = k;
+    await Promise.all(sizes.map((n, i) => a.pair(1).send(descriptor(first + i), message(n, first + i))));
+    // The receiving side's reader has taken them in by the time a round trip on the other direction ends.
+    await Promise.all([b.pair(0).send(descriptor(99), message(1, 99)), a.pair(1).recv(new Uint8Array(1))]);
+    for (const [i, n] of sizes.entries()) {
+      const into = new Uint8Array(n);
+      assert.equal(indexOf(await b.pair(0).recv(into)), first + i);
+      assert.equal(firstWrongByte(into, first + i), -1, `message ${first + i} (${n} bytes)`);
+    }
+    k += sizes.length;
+  }
+});
+
 Deno.test("TcpTransport.connect() fails fast on both ranks when socketsPerPeer differs", async () => {
   await using store = new MemoryStore();
   const started = performance.now();
