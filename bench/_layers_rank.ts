@@ -1,16 +1,18 @@
 /**
  * Where dcomm's time goes against bare sockets, layer by layer: a rank script for the emulated cluster
  * (`sudo deno task cluster --hosts 4 --ranks-per-host 2 --rate 1gbit bench/_layers_rank.ts [bytes]`) that
- * runs three ring all-reduces of the same fp32 buffer on the main thread, interleaved in blocks of 8 calls
- * (15 blocks each), with a JavaScript sum in all three:
+ * runs ring all-reduces of the same fp32 buffer, interleaved in blocks of 8 calls (15 blocks each), the
+ * first four on the main thread with a JavaScript sum:
  *
  * - `bare`: a ring loop on bare Deno TCP sockets (one per pair of ranks, within a host too);
  * - `plan+bare`: dcomm's Plan-based `ringAllReduce` over the same sockets, no framing;
- * - `plan+tcp`: the same over dcomm's `TcpTransport` (frames, a reader per pair).
+ * - `plan+tcp`: the same over dcomm's `TcpTransport` (frames, a reader per pair);
+ * - `plan+hybrid`: the same over `HybridTransport` (shared memory within a host, TCP between);
+ * - `engine`: a process group's `allReduce(..., { algorithm: "ring" })` (its communication Worker, the
+ *   hybrid transport, the WebAssembly sum).
  *
  * Rank 0 prints each one's slowest-rank median call, the share of the machine's CPUs busy during its calls
- * and the machine's CPU time per call. No engine, no Worker: what the process group adds on top is the
- * difference between `plan+tcp` and `bench:hierarchical`'s ring.
+ * and the machine's CPU time per call.
  *
  * @module
  */
@@ -18,6 +20,8 @@ import { defaultHostname, rankInfo } from "../backend/env.ts";
 import { TcpStore } from "../store/tcp_store.ts";
 import { PrefixStore } from "../store/prefix_store.ts";
 import { TcpTransport } from "../transport/tcp.ts";
+import { HybridTransport } from "../transport/hybrid.ts";
+import { init } from "../backend/init.ts";
 import { DESC_BYTES } from "../transport/transport.ts";
 import { ringAllReduce } from "../collectives/ring_allreduce.ts";
 import type { CollectiveContext } from "../collectives/comm.ts";
@@ -33,6 +37,15 @@ const client = await TcpStore.connect({ hostname: info.masterAddr, port: info.ma
 const store = new PrefixStore("layers/", client);
 const hostname = defaultHostname(info.masterAddr ?? "127.0.0.1");
 const transport = await TcpTransport.connect(store, { rank, size: n, timeoutMs: 60_000, hostname });
+const perHost = Number(Deno.env.get("LOCAL_WORLD_SIZE") ?? 1);
+const hosts = Array.from({ length: n }, (_, r) => Math.floor(r / perHost));
+const hybrid = await HybridTransport.connect(new PrefixStore("hybrid/", store), {
+  rank,
+  hosts,
+  hostname,
+  timeoutMs: 60_000,
+});
+await using pg = await init({ timeoutMs: 60_000 });
 
 // Bare sockets: every rank listens and publishes its address; the higher of each pair connects.
 const listener = Deno.listen({ hostname: "0.0.0.0", port: 0 });
@@ -94,10 +107,21 @@ const overTcp = context({
     await transport.pair(peer).recv(into);
   },
 });
+const overHybrid = context({
+  rank,
+  size: n,
+  send: (peer, data) => hybrid.pair(peer).send(desc, data),
+  recv: async (peer, into) => {
+    await hybrid.pair(peer).recv(into);
+  },
+});
+const f32 = new Float32Array(bytes / 4);
 const arms: [string, (buf: Uint8Array) => Promise<void>][] = [
   ["bare", bareRing],
   ["plan+bare", (buf) => ringAllReduce(overBare, buf)],
   ["plan+tcp", (buf) => ringAllReduce(overTcp, buf)],
+  ["plan+hybrid", (buf) => ringAllReduce(overHybrid, buf)],
+  ["engine", async () => void await pg.allReduce(f32, { algorithm: "ring" }).wait()],
 ];
 
 const buf = new Uint8Array(bytes);
@@ -125,5 +149,6 @@ if (rank === 0) {
   });
 }
 await transport.close();
+await hybrid.close();
 for (const conn of conns) conn?.close();
 await client[Symbol.asyncDispose]();
