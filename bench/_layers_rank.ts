@@ -2,12 +2,14 @@
  * Where dcomm's time goes against bare sockets, layer by layer: a rank script for the emulated cluster
  * (`sudo deno task cluster --hosts 4 --ranks-per-host 2 --rate 1gbit bench/_layers_rank.ts [bytes]`) that
  * runs ring all-reduces of the same fp32 buffer, interleaved in blocks of 8 calls (15 blocks each), the
- * first four on the main thread with a JavaScript sum:
+ * first five on the main thread (with a JavaScript sum but for `+wasm sum`):
  *
  * - `bare`: a ring loop on bare Deno TCP sockets (one per pair of ranks, within a host too);
  * - `plan+bare`: dcomm's Plan-based `ringAllReduce` over the same sockets, no framing;
  * - `plan+tcp`: the same over dcomm's `TcpTransport` (frames, a reader per pair);
  * - `plan+hybrid`: the same over `HybridTransport` (shared memory within a host, TCP between);
+ * - `+wasm sum`: the same with the engine's sum (`Reducer`: the WebAssembly kernel, through copies into its
+ *   memory and out);
  * - `engine`: a process group's `allReduce(..., { algorithm: "ring" })` (its communication Worker, the
  *   hybrid transport, the WebAssembly sum).
  *
@@ -22,6 +24,8 @@ import { PrefixStore } from "../store/prefix_store.ts";
 import { TcpTransport } from "../transport/tcp.ts";
 import { HybridTransport } from "../transport/hybrid.ts";
 import { init } from "../backend/init.ts";
+import { kernels } from "../wasm/kernels.ts";
+import { Reducer } from "../backend/cpu/_reducer.ts";
 import { DESC_BYTES } from "../transport/transport.ts";
 import { ringAllReduce } from "../collectives/ring_allreduce.ts";
 import type { CollectiveContext } from "../collectives/comm.ts";
@@ -115,12 +119,18 @@ const overHybrid = context({
     await hybrid.pair(peer).recv(into);
   },
 });
+const reducer = new Reducer(await kernels(), n);
+const overHybridWasm: CollectiveContext = {
+  ...overHybrid,
+  reduce: (dst, src) => reducer.reduce("float32", "sum", dst, src),
+};
 const f32 = new Float32Array(bytes / 4);
 const arms: [string, (buf: Uint8Array) => Promise<void>][] = [
   ["bare", bareRing],
   ["plan+bare", (buf) => ringAllReduce(overBare, buf)],
   ["plan+tcp", (buf) => ringAllReduce(overTcp, buf)],
   ["plan+hybrid", (buf) => ringAllReduce(overHybrid, buf)],
+  ["+wasm sum", (buf) => ringAllReduce(overHybridWasm, buf)],
   ["engine", async () => void await pg.allReduce(f32, { algorithm: "ring" }).wait()],
 ];
 
