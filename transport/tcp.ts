@@ -315,9 +315,12 @@ interface Arrived {
 }
 
 /** Buffers of early messages a pair keeps for the next ones (`TcpPair.#spare`). */
-const SPARE_BUFFERS = 2;
-/** The largest buffer a pair keeps: beyond the engine's chunk, early messages are rare and memory dear. */
-const SPARE_MAX_BYTES = 4 << 20;
+const SPARE_BUFFERS = 1;
+/**
+ * The largest buffer a pair keeps, the engine's chunk: beyond it early messages are rare, and a world of many
+ * ranks has many pairs (with the send buffer, at most about 2 MiB a pair).
+ */
+const SPARE_MAX_BYTES = 1 << 20;
 
 class TcpPair implements Pair {
   readonly peer: number;
@@ -336,7 +339,7 @@ class TcpPair implements Pair {
    * 35 ms of CPU per call with fresh buffers, 16.1–16.8 and 31–33 with kept ones; over bare sockets 15.6).
    */
   #spare: Uint8Array[] = [];
-  /** Where a header and its payload are put together for one write (grown as needed, kept). */
+  /** Where a header and its payload are put together for one write (grown as needed, up to COALESCE_BYTES, kept). */
   #frame = new Uint8Array(0);
   /** Rejecters of sends under way. */
   readonly #sending = new Set<(error: Error) => void>();
@@ -465,7 +468,8 @@ class TcpPair implements Pair {
       if (bytes <= COALESCE_BYTES) {
         // Sends on a pair run one at a time (#sendTail), so one buffer serves them all.
         if (this.#frame.length < HEADER_BYTES + bytes) {
-          this.#frame = new Uint8Array(Math.max(HEADER_BYTES + bytes, 2 * this.#frame.length));
+          const grown = Math.max(HEADER_BYTES + bytes, 2 * this.#frame.length);
+          this.#frame = new Uint8Array(Math.min(grown, HEADER_BYTES + COALESCE_BYTES));
         }
         const frame = this.#frame.subarray(0, HEADER_BYTES + bytes);
         encodeHeader(frame, { kind: FRAME_DATA, desc, bytes });
