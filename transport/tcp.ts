@@ -336,7 +336,7 @@ class TcpPair implements Pair {
    * Buffers of messages that arrived before their receive, kept once copied out for the next ones: a fresh
    * 128 KiB buffer per early message costs page faults and garbage collection (on 4 emulated hosts × 2 at 1
    * Gb/s, where 3–13% of a 1 MiB ring's messages arrive early, a ring over this transport took 18.3 ms and
-   * 35 ms of CPU per call with fresh buffers, 16.1–16.8 and 31–33 with kept ones; over bare sockets 15.6).
+   * 35 ms of CPU per call with fresh buffers, 16.0–17.3 and 30–35 with kept ones; over bare sockets 15.6).
    */
   #spare: Uint8Array[] = [];
   /** Where a header and its payload are put together for one write (grown as needed, up to COALESCE_BYTES, kept). */
