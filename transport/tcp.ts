@@ -314,11 +314,10 @@ interface Arrived {
   ready: Promise<void>;
 }
 
-/** Buffers of early messages a pair keeps for the next ones (`TcpPair.#spare`). */
-const SPARE_BUFFERS = 1;
 /**
- * The largest buffer a pair keeps, the engine's chunk: beyond it early messages are rare, and a world of many
- * ranks has many pairs (with the send buffer, at most about 2 MiB a pair).
+ * The largest early-message buffer a pair keeps (`TcpPair.#spare`), the engine's chunk: beyond it early
+ * messages are rare, and a world of many ranks has many pairs (with the send buffer, at most about 1 MiB a
+ * pair).
  */
 const SPARE_MAX_BYTES = 1 << 20;
 
@@ -333,12 +332,12 @@ class TcpPair implements Pair {
   #posted: Posted[] = [];
   #arrived: Arrived[] = [];
   /**
-   * Buffers of messages that arrived before their receive, kept once copied out for the next ones: a fresh
+   * The buffer of a message that arrived before its receive, kept once copied out for the next one: a fresh
    * 128 KiB buffer per early message costs page faults and garbage collection (on 4 emulated hosts × 2 at 1
    * Gb/s, where 3–13% of a 1 MiB ring's messages arrive early, a ring over this transport took 18.3 ms and
    * 35 ms of CPU per call with fresh buffers, 16.0–17.3 and 30–35 with kept ones; over bare sockets 15.6).
    */
-  #spare: Uint8Array[] = [];
+  #spare: Uint8Array | undefined;
   /** Where a header and its payload are put together for one write (grown as needed, up to COALESCE_BYTES, kept). */
   #frame = new Uint8Array(0);
   /** Rejecters of sends under way. */
@@ -394,8 +393,9 @@ class TcpPair implements Pair {
     this.#checkHeader(into, arrived.desc, arrived.data.length, check);
     await this.#guard(this.#receiving, arrived.ready);
     into.set(arrived.data);
-    const whole = new Uint8Array(arrived.data.buffer);
-    if (this.#spare.length < SPARE_BUFFERS && whole.length <= SPARE_MAX_BYTES) this.#spare.push(whole);
+    if (this.#spare === undefined && arrived.data.buffer.byteLength <= SPARE_MAX_BYTES) {
+      this.#spare = new Uint8Array(arrived.data.buffer);
+    }
     return arrived.desc;
   }
 
@@ -595,11 +595,12 @@ class TcpPair implements Pair {
       return;
     }
     if (this.#host.failure() !== undefined) return await this.#readPayload(undefined, header.bytes);
-    // Nobody waits yet: read into a fresh buffer, so a peer that sends before receiving never blocks.
-    const kept = this.#spare.findIndex((b) => b.length >= header.bytes);
-    const data = kept >= 0
-      ? this.#spare.splice(kept, 1)[0].subarray(0, header.bytes)
-      : new Uint8Array(header.bytes);
+    // Nobody waits yet: read into the kept buffer or a fresh one, so a peer that sends before receiving
+    // never blocks.
+    const spare = this.#spare;
+    const reuse = spare !== undefined && spare.length >= header.bytes;
+    if (reuse) this.#spare = undefined;
+    const data = reuse ? spare.subarray(0, header.bytes) : new Uint8Array(header.bytes);
     let markReady: () => void = () => {};
     this.#arrived.push({ desc: header.desc.slice(), data, ready: new Promise<void>((r) => markReady = r) });
     await this.#readPayload(data, header.bytes);
