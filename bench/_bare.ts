@@ -20,6 +20,51 @@ export async function readExact(conn: Deno.Conn, into: Uint8Array): Promise<void
   }
 }
 
+/** `a mod n` in `[0, n)`. */
+export const mod = (a: number, n: number): number => ((a % n) + n) % n;
+
+/** `dst += src` over fp32 elements, a JavaScript loop (the sum a bare implementation would write). */
+export function addFloat32(dst: Uint8Array, src: Uint8Array): void {
+  const a = new Float32Array(dst.buffer, dst.byteOffset, dst.length / 4);
+  const b = new Float32Array(src.buffer, src.byteOffset, src.length / 4);
+  for (let i = 0; i < a.length; i++) a[i] += b[i];
+}
+
+/** Sends `out` on `conns[to]` while receiving `into` from `conns[from]`. */
+export async function exchange(
+  conns: readonly Deno.Conn[],
+  to: number,
+  out: Uint8Array,
+  from: number,
+  into: Uint8Array,
+): Promise<void> {
+  await Promise.all([writeAll(conns[to], out), readExact(conns[from], into)]);
+}
+
+/**
+ * Ring all-reduce (sum) of the fp32 `buf` among `ring` (ranks, this one at index `me`) over bare sockets:
+ * reduce-scatter, then all-gather, one segment per step. `tmp` takes each incoming segment (a new buffer
+ * per call without it).
+ */
+export async function bareRingAllReduce(
+  conns: readonly Deno.Conn[],
+  buf: Uint8Array,
+  ring: readonly number[],
+  me: number,
+  tmp?: Uint8Array,
+): Promise<void> {
+  const p = ring.length, right = ring[mod(me + 1, p)], left = ring[mod(me - 1, p)];
+  const size = buf.length / p, incoming = tmp ?? new Uint8Array(size);
+  const part = (c: number): Uint8Array => buf.subarray(c * size, (c + 1) * size);
+  for (let s = 0; s < p - 1; s++) {
+    await exchange(conns, right, part(mod(me - s, p)), left, incoming);
+    addFloat32(part(mod(me - s - 1, p)), incoming);
+  }
+  for (let s = 0; s < p - 1; s++) {
+    await exchange(conns, right, part(mod(me + 1 - s, p)), left, part(mod(me - s, p)));
+  }
+}
+
 /**
  * A socket to every other rank: `listener` accepts the higher ranks, which say who they are; this rank
  * connects to each lower one at `addressOf(j)`, retrying for 30 s while its listener comes up.

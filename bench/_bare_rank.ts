@@ -14,7 +14,18 @@
  * @module
  */
 import { parseArgs } from "node:util";
-import { bareMesh, type BlockCpu, cpuPerCall, readExact, timedBlock, writeAll } from "./_bare.ts";
+import {
+  addFloat32,
+  bareMesh,
+  bareRingAllReduce,
+  type BlockCpu,
+  cpuPerCall,
+  exchange,
+  mod,
+  readExact,
+  timedBlock,
+  writeAll,
+} from "./_bare.ts";
 
 const { values: flags } = parseArgs({
   args: Deno.args,
@@ -40,7 +51,6 @@ const H = n / L, host = Math.floor(rank / L), local = rank % L;
 const addresses = (flags.addresses ?? "").split(",");
 if (addresses.length !== H) throw new Error(`Expected ${H} addresses, found "${flags.addresses}"`);
 const port = env("MASTER_PORT") + 100;
-const mod = (a: number, m: number): number => ((a % m) + m) % m;
 
 // A socket to every other rank.
 const conns = await bareMesh(
@@ -50,45 +60,26 @@ const conns = await bareMesh(
   (j) => Promise.resolve({ hostname: addresses[Math.floor(j / L)], port: port + (j % L) }),
 );
 
-/** Sends `out` to `to` while receiving `into` from `from`. */
-async function exchange(to: number, out: Uint8Array, from: number, into: Uint8Array): Promise<void> {
-  await Promise.all([writeAll(conns[to], out), readExact(conns[from], into)]);
-}
-function add(dst: Float32Array, src: Float32Array): void {
-  for (let i = 0; i < dst.length; i++) dst[i] += src[i];
-}
-
+const bytes = (a: Float32Array): Uint8Array => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
 /** Ring all-reduce of `buf` among `ring` (ranks, this one among them at `me`). */
-async function ringAllReduce(buf: Float32Array, ring: readonly number[], me: number): Promise<void> {
-  const p = ring.length, right = ring[mod(me + 1, p)], left = ring[mod(me - 1, p)];
-  const size = buf.length / p, tmp = new Float32Array(size);
-  const part = (c: number): Float32Array => buf.subarray(c * size, (c + 1) * size);
-  const bytes = (a: Float32Array): Uint8Array => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
-  for (let s = 0; s < p - 1; s++) {
-    await exchange(right, bytes(part(mod(me - s, p))), left, bytes(tmp));
-    add(part(mod(me - s - 1, p)), tmp);
-  }
-  for (let s = 0; s < p - 1; s++) {
-    await exchange(right, bytes(part(mod(me + 1 - s, p))), left, bytes(part(mod(me - s, p))));
-  }
-}
+const ringAllReduce = (buf: Float32Array, ring: readonly number[], me: number): Promise<void> =>
+  bareRingAllReduce(conns, bytes(buf), ring, me);
 
 /** The 2D scheme: within the host, across the hosts on this rank's shard, within the host. */
 async function hierarchical(buf: Float32Array): Promise<void> {
   const mine = Array.from({ length: L }, (_, i) => host * L + i);
   const across = Array.from({ length: H }, (_, h) => h * L + local);
   const shard = buf.length / L;
-  const part = (i: number): Float32Array => buf.subarray(i * shard, (i + 1) * shard);
-  const bytes = (a: Float32Array): Uint8Array => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
-  const tmp = new Float32Array(shard);
+  const part = (i: number): Uint8Array => bytes(buf.subarray(i * shard, (i + 1) * shard));
+  const tmp = bytes(new Float32Array(shard));
   const right = mine[mod(local + 1, L)], left = mine[mod(local - 1, L)];
   for (let s = 0; s < L - 1; s++) {
-    await exchange(right, bytes(part(mod(local - s - 1, L))), left, bytes(tmp));
-    add(part(mod(local - s - 2, L)), tmp);
+    await exchange(conns, right, part(mod(local - s - 1, L)), left, tmp);
+    addFloat32(part(mod(local - s - 2, L)), tmp);
   }
-  await ringAllReduce(part(local), across, host);
+  await bareRingAllReduce(conns, part(local), across, host);
   for (let s = 0; s < L - 1; s++) {
-    await exchange(right, bytes(part(mod(local - s, L))), left, bytes(part(mod(local - s - 1, L))));
+    await exchange(conns, right, part(mod(local - s, L)), left, part(mod(local - s - 1, L)));
   }
 }
 
@@ -98,7 +89,6 @@ async function hierarchical(buf: Float32Array): Promise<void> {
  */
 async function leaders(buf: Float32Array): Promise<void> {
   const leader = host * L;
-  const bytes = (a: Float32Array): Uint8Array => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
   if (rank !== leader) {
     await writeAll(conns[leader], bytes(buf));
     await readExact(conns[leader], bytes(buf));
@@ -107,7 +97,7 @@ async function leaders(buf: Float32Array): Promise<void> {
   const tmp = new Float32Array(buf.length);
   for (let i = 1; i < L; i++) {
     await readExact(conns[leader + i], bytes(tmp));
-    add(buf, tmp);
+    addFloat32(bytes(buf), bytes(tmp));
   }
   await ringAllReduce(buf, Array.from({ length: H }, (_, h) => h * L), host);
   await Promise.all(Array.from({ length: L - 1 }, (_, i) => writeAll(conns[leader + 1 + i], bytes(buf))));

@@ -29,7 +29,16 @@ import { Reducer } from "../backend/cpu/_reducer.ts";
 import { DESC_BYTES } from "../transport/transport.ts";
 import { ringAllReduce } from "../collectives/ring_allreduce.ts";
 import type { CollectiveContext } from "../collectives/comm.ts";
-import { bareMesh, type BlockCpu, cpuPerCall, readExact, timedBlock, writeAll } from "./_bare.ts";
+import {
+  addFloat32,
+  bareMesh,
+  bareRingAllReduce,
+  type BlockCpu,
+  cpuPerCall,
+  readExact,
+  timedBlock,
+  writeAll,
+} from "./_bare.ts";
 
 const info = rankInfo(Deno.env.toObject());
 const rank = info.rank, n = info.worldSize;
@@ -61,35 +70,18 @@ const conns = await bareMesh(rank, n, listener, async (j) => {
   return { hostname: host, port: Number(port) };
 });
 
-const mod = (a: number, m: number): number => ((a % m) + m) % m;
-function add(dst: Uint8Array, src: Uint8Array): void {
-  const a = new Float32Array(dst.buffer, dst.byteOffset, dst.length / 4);
-  const b = new Float32Array(src.buffer, src.byteOffset, src.length / 4);
-  for (let i = 0; i < a.length; i++) a[i] += b[i];
-}
 /** Kept buffers, as the engine keeps its scratch: a fresh 128 KiB per call costs page faults here. */
 const kept = [new Uint8Array(0), new Uint8Array(0)];
 const keep = (i: number, size: number): Uint8Array =>
   (kept[i].length >= size ? kept[i] : (kept[i] = new Uint8Array(size))).subarray(0, size);
 
-async function bareRing(buf: Uint8Array): Promise<void> {
-  const size = buf.length / n, tmp = keep(0, size), right = mod(rank + 1, n), left = mod(rank - 1, n);
-  const part = (c: number): Uint8Array => buf.subarray(c * size, (c + 1) * size);
-  for (let s = 0; s < n - 1; s++) {
-    await Promise.all([writeAll(conns[right], part(mod(rank - s, n))), readExact(conns[left], tmp)]);
-    add(part(mod(rank - s - 1, n)), tmp);
-  }
-  for (let s = 0; s < n - 1; s++) {
-    await Promise.all([
-      writeAll(conns[right], part(mod(rank + 1 - s, n))),
-      readExact(conns[left], part(mod(rank - s, n))),
-    ]);
-  }
-}
+const world = Array.from({ length: n }, (_, r) => r);
+const bareRing = (buf: Uint8Array): Promise<void> =>
+  bareRingAllReduce(conns, buf, world, rank, keep(0, buf.length / n));
 const context = (comm: CollectiveContext["comm"]): CollectiveContext => ({
   comm,
   elemSize: 4,
-  reduce: add,
+  reduce: addFloat32,
   reduceMany: () => {
     throw new Error("not used by the ring");
   },
@@ -103,22 +95,17 @@ const overBare = context({
   send: (peer, data) => writeAll(conns[peer], data),
   recv: (peer, into) => readExact(conns[peer], into),
 });
-const overTcp = context({
-  rank,
-  size: n,
-  send: (peer, data) => transport.pair(peer).send(desc, data),
-  recv: async (peer, into) => {
-    await transport.pair(peer).recv(into);
-  },
-});
-const overHybrid = context({
-  rank,
-  size: n,
-  send: (peer, data) => hybrid.pair(peer).send(desc, data),
-  recv: async (peer, into) => {
-    await hybrid.pair(peer).recv(into);
-  },
-});
+/** A communicator over one of dcomm's transports, every message with the same empty descriptor. */
+const over = (t: TcpTransport | HybridTransport): CollectiveContext =>
+  context({
+    rank,
+    size: n,
+    send: (peer, data) => t.pair(peer).send(desc, data),
+    recv: async (peer, into) => {
+      await t.pair(peer).recv(into);
+    },
+  });
+const overTcp = over(transport), overHybrid = over(hybrid);
 const reducer = new Reducer(await kernels(), n);
 const overHybridWasm: CollectiveContext = {
   ...overHybrid,
