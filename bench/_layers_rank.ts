@@ -26,7 +26,7 @@ import { HybridTransport } from "../transport/hybrid.ts";
 import { init } from "../backend/init.ts";
 import { kernels } from "../wasm/kernels.ts";
 import { Reducer } from "../backend/cpu/_reducer.ts";
-import { DESC_BYTES } from "../transport/transport.ts";
+import { DESC_BYTES, type Transport } from "../transport/transport.ts";
 import { ringAllReduce } from "../collectives/ring_allreduce.ts";
 import type { CollectiveContext } from "../collectives/comm.ts";
 import {
@@ -96,7 +96,7 @@ const overBare = context({
   recv: (peer, into) => readExact(conns[peer], into),
 });
 /** A communicator over one of dcomm's transports, every message with the same empty descriptor. */
-const over = (t: TcpTransport | HybridTransport): CollectiveContext =>
+const over = (t: Transport): CollectiveContext =>
   context({
     rank,
     size: n,
