@@ -79,10 +79,10 @@ for (const rate of flags.rates.split(",")) {
     };
     const of = (bytes: number, algorithm: string) =>
       result.rows.find((r) => r.bytes === bytes && r.algorithm === algorithm) as (typeof result.rows)[0];
+    // A flat ring puts 2(n−1)/n of the buffer through each host's link; the hierarchical 2(H−1)/H.
+    const perSecond = rateBytes(rate);
     for (const bytes of new Set(result.rows.map((r) => r.bytes))) {
       const ring = of(bytes, "ring"), hier = of(bytes, "hierarchical");
-      // A flat ring puts 2(n−1)/n of the buffer through each host's link; the hierarchical 2(H−1)/H.
-      const perSecond = rateBytes(rate);
       rows.push({
         rate,
         bytes,
