@@ -259,6 +259,11 @@ export class FrameReader {
     return LENGTH_BYTES + view.getUint32(0, true);
   }
 
+  /** The first `n` bytes received and not yet taken as a frame (fewer if fewer arrived), without taking them. */
+  peek(n: number): Uint8Array {
+    return this.#buffer.subarray(this.#start, Math.min(this.#start + n, this.#end));
+  }
+
   /** Free space to read into; it is never empty. */
   space(): Uint8Array {
     const need = Math.min(Math.max(this.expected ?? 0, LENGTH_BYTES + HEAD_BYTES), this.maxFrameBytes);

@@ -75,6 +75,7 @@ import {
   strs,
   writeAll,
 } from "./_protocol.ts";
+import { TorchOp, TorchWriter, VALIDATION_MAGIC } from "./_torch_protocol.ts";
 import { sleep, waitWithDeadline } from "./_wait.ts";
 import { secretFromEnv, STORE_SECRET_ENV } from "./secret.ts";
 import type { Store, StoreOptions, StoreValue, StoreWaitOptions } from "./store.ts";
@@ -462,7 +463,7 @@ async function handshake(
   stop.addEventListener("abort", onStop, { once: true });
   let ok = false;
   try {
-    const hello = await readFrame(conn, reader, HANDSHAKE_MAX_FRAME_BYTES, address);
+    const hello = await readHello(conn, reader, address);
     if (hello.op !== Reply.HELLO) {
       throw new StoreError(
         `The peer at ${address} is not a dcomm store: it opened with opcode ${hex(hello.op)}`,
@@ -514,12 +515,52 @@ async function handshake(
   }
 }
 
+/** How long a server gets to send HELLO before the client asks whether it is torch's store instead. */
+const HELLO_PROBE_MS = 2_000;
+
+/**
+ * Reads the server's HELLO. A server silent for {@linkcode HELLO_PROBE_MS} may be torch's TCPStore, which
+ * waits for its client to speak first: the client then sends torch's validation query and a PING, and a
+ * server that echoes the PING's nonce is named as torch's store.
+ */
+async function readHello(conn: Deno.TcpConn, reader: FrameReader, address: string): Promise<Frame> {
+  const nonce = crypto.getRandomValues(new Uint32Array(1))[0];
+  let probed = false;
+  const timer = setTimeout(() => {
+    probed = true;
+    const probe = new TorchWriter().u8(TorchOp.VALIDATE).u32(VALIDATION_MAGIC).u8(TorchOp.PING).u32(nonce);
+    writeAll(conn, probe.finish()).catch(() => {}); // a failed write shows up as a failed read
+  }, HELLO_PROBE_MS);
+  try {
+    return await readFrame(conn, reader, HANDSHAKE_MAX_FRAME_BYTES, address, () => {
+      const head = reader.peek(4);
+      if (
+        probed && head.length === 4 &&
+        new DataView(head.buffer, head.byteOffset, 4).getUint32(0, true) === nonce
+      ) {
+        throw new StoreError(
+          `The store at ${address} is torch's TCPStore (it answered torch's validation handshake), not a dcomm ` +
+            "store: connect with TorchStore, or set DCOMM_STORE_PROTOCOL=torch (under torchrun, init() finds " +
+            "the agent's store by itself)",
+        );
+      }
+      // A dcomm server that was only slow has been sent torch's bytes: this connection is spoilt, try another.
+      if (probed && reader.buffered > 0) {
+        throw new Unreachable(`the store at ${address} was slow to say HELLO`);
+      }
+    });
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** Reads one frame during the handshake; the end of the connection means "try again". */
 async function readFrame(
   conn: Deno.TcpConn,
   reader: FrameReader,
   limit: number,
   address: string,
+  onBytes?: () => void,
 ): Promise<Frame> {
   const max = reader.maxFrameBytes;
   reader.maxFrameBytes = limit;
@@ -542,6 +583,7 @@ async function readFrame(
         throw new Unreachable(`the peer at ${address} closed the connection during the handshake`);
       }
       reader.commit(n);
+      onBytes?.();
     }
   } finally {
     reader.maxFrameBytes = max;

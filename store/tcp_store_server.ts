@@ -32,6 +32,7 @@ import {
   writeAll,
 } from "./_protocol.ts";
 import { KeyTable } from "./_table.ts";
+import { looksLikeTorchValidate } from "./_torch_protocol.ts";
 import { sleep } from "./_wait.ts";
 import { secretFromEnv } from "./secret.ts";
 
@@ -312,7 +313,13 @@ export class TcpStoreServer implements AsyncDisposable {
       }
     } catch (error) {
       if (!session.closed) {
-        const why = error instanceof ProtocolError ? error.message : `internal error: ${messageOf(error)}`;
+        const why = !session.authed && looksLikeTorchValidate(session.reader.peek(5))
+          ? "it opened with torch's TCPStore validation query: a client of torch's protocol (torch.distributed, " +
+            "or dcomm's TorchStore); this server speaks dcomm's own protocol (serve torch's with TorchStoreServer, " +
+            "or the launcher's --store-protocol torch)"
+          : error instanceof ProtocolError
+          ? error.message
+          : `internal error: ${messageOf(error)}`;
         this.#report(`closed the connection from ${session.peer}: ${why}`);
       }
     } finally {
