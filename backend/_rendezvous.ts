@@ -1,15 +1,33 @@
 /**
- * The rendezvous of the backends whose ranks meet through dcomm's own store (`cpu`, `nccl`; the `mpi`
- * backend's ranks meet through MPI's launcher): where this rank stands in the world (torchrun's, Slurm's
- * or MPI launchers' variables, or explicit options), the TCP store that rank 0 serves unless a launcher
- * already does (`DCOMM_STORE_HOSTED=1`), the connection to it, and the check-out when the world closes:
- * every rank marks itself closed and rank 0, which serves the store, waits for all before it stops serving.
+ * The rendezvous of the backends whose ranks meet through a store (`cpu`, `nccl`; the `mpi` backend's
+ * ranks meet through MPI's launcher): where this rank stands in the world (torchrun's, Slurm's or MPI
+ * launchers' variables, or explicit options), which store the job meets in, the join (every rank checks
+ * in, and waiting is visible), and the check-out when the world closes.
+ *
+ * The store, by launcher:
+ * - **torchrun** (`TORCHELASTIC_USE_AGENT_STORE=True`): its elastic agent already serves torch's c10d
+ *   `TCPStore` on `MASTER_ADDR:MASTER_PORT`; every rank joins it as a {@linkcode TorchStore} client and
+ *   serves nothing. The agent keeps its store from one attempt to the next (`--max-restarts`), so keys go
+ *   under `dcomm/<TORCHELASTIC_RUN_ID>/<TORCHELASTIC_RESTART_COUNT>`.
+ * - **dcomm's launcher** (`DCOMM_STORE_HOSTED=1`): it serves the store (dcomm's protocol, or torch's with
+ *   `DCOMM_STORE_PROTOCOL=torch`); keys go under `dcomm/<DCOMM_RUN_ID>/<DCOMM_RESTART_COUNT>` when those are set.
+ * - otherwise rank 0 serves it on `MASTER_ADDR:MASTER_PORT` (or `tcp://host:port`): a dcomm
+ *   {@linkcode TcpStoreServer}, or a {@linkcode TorchStoreServer} with `DCOMM_STORE_PROTOCOL=torch` (for
+ *   jobs that mix Python and Deno ranks; it has no secret).
+ *
+ * Joining: every rank sets `<prefix>/joined/<rank>` and waits for all. While it waits, rank 0 (and any
+ * rank waiting over 30 s) prints a line every 10 s naming the ranks still missing; a rendezvous that runs
+ * out of time names the ranks that never came and the store they were expected at.
  *
  * @module
  */
+import { TimeoutError } from "../core/errors.ts";
 import { STORE_SECRET_ENV } from "../store/secret.ts";
+import type { Store } from "../store/store.ts";
 import { TcpStore } from "../store/tcp_store.ts";
 import { TcpStoreServer } from "../store/tcp_store_server.ts";
+import { TorchStore } from "../store/torch_store.ts";
+import { TorchStoreServer } from "../store/torch_store_server.ts";
 import { isLoopback, parseInitMethod, type RankInfo, rankInfo } from "./env.ts";
 
 /** What a rendezvous needs (a subset of `init`'s options). */
@@ -22,10 +40,48 @@ export interface RendezvousOptions {
   worldSize?: number;
   /** The store's shared secret. @default the DCOMM_STORE_SECRET environment variable */
   secret?: string;
-  /** Default timeout of the store's waits. @default 300000 */
+  /** Default timeout of the store's waits, and of the join. @default 300000 */
   timeoutMs?: number;
   /** The environment to read. @default Deno.env.toObject() */
   env?: Readonly<Record<string, string | undefined>>;
+  /** Where the lines about waiting go. @default console.error */
+  log?: (line: string) => void;
+  /** How often rank 0 says whom it waits for. @default 10000 */
+  reportEveryMs?: number;
+  /** How long other ranks wait before they say so too. @default 30000 */
+  quietMs?: number;
+}
+
+/** The protocol a job's store speaks: dcomm's own (with a secret) or torch's c10d `TCPStore`'s. */
+export type StoreProtocol = "dcomm" | "torch";
+
+/** Where a job's store is and how to speak to it: what a rank's communication thread connects with. */
+export interface StoreAddress {
+  /** The protocol. */
+  protocol: StoreProtocol;
+  /** The store's host. */
+  hostname: string;
+  /** The store's port. */
+  port: number;
+  /** The secret (dcomm's protocol only). */
+  secret?: string;
+}
+
+/** A connected store the rendezvous keeps: it can stop keeping the process alive once the world formed. */
+export type RendezvousStore = Store & { ref(): void; unref(): void };
+
+/**
+ * Connects to a job's store in its protocol.
+ *
+ * @param address Where the store is, its protocol and secret.
+ * @param timeoutMs The default timeout of its waits (and of connecting).
+ * @returns The connected store.
+ */
+export async function openStore(address: StoreAddress, timeoutMs: number): Promise<RendezvousStore> {
+  const { hostname, port } = address;
+  return address.protocol === "torch"
+    ? await TorchStore.connect({ hostname, port, timeoutMs })
+    : await TcpStore.connect({ hostname, port, secret: address.secret, timeoutMs });
 }
 
 /**
@@ -45,20 +101,59 @@ export function environment(options: { env?: Readonly<Record<string, string | un
   }
 }
 
+/** How this job's store is found: who serves it, its protocol, the keys' prefix, and how to name it. */
+interface Plan {
+  protocol: StoreProtocol;
+  /** Whether a launcher serves the store (else rank 0 does). */
+  hosted: boolean;
+  /** The keys of this attempt of the job. */
+  prefix: string;
+  /** Who set the address, for messages. */
+  origin: string;
+}
+
+/**
+ * Reads which store the job meets in from the launcher's variables.
+ *
+ * @param env The environment.
+ * @returns The plan.
+ * @throws {TypeError} If `DCOMM_STORE_PROTOCOL` names no protocol.
+ */
+function plan(env: Readonly<Record<string, string | undefined>>): Plan {
+  if (env["TORCHELASTIC_USE_AGENT_STORE"] === "True") {
+    const run = env["TORCHELASTIC_RUN_ID"] || "none";
+    const attempt = env["TORCHELASTIC_RESTART_COUNT"] || "0";
+    return {
+      protocol: "torch",
+      hosted: true,
+      prefix: `dcomm/${run}/${attempt}`,
+      origin: "torchrun's agent store",
+    };
+  }
+  const named = env["DCOMM_STORE_PROTOCOL"];
+  if (named !== undefined && named !== "" && named !== "dcomm" && named !== "torch") {
+    throw new TypeError(`Invalid DCOMM_STORE_PROTOCOL: expected "dcomm" or "torch", found "${named}"`);
+  }
+  const protocol: StoreProtocol = named === "torch" ? "torch" : "dcomm";
+  const hosted = env["DCOMM_STORE_HOSTED"] === "1";
+  const run = env["DCOMM_RUN_ID"];
+  const attempt = env["DCOMM_RESTART_COUNT"];
+  const prefix = run || attempt ? `dcomm/${run || "none"}/${attempt || "0"}` : "dcomm";
+  return { protocol, hosted, prefix, origin: hosted ? "the launcher's store" : "the store rank 0 serves" };
+}
+
 /** This rank's end of a world's store, from joining to checking out. */
 export class Rendezvous {
   /** Where this rank stands in the world. */
   readonly info: RankInfo;
-  /** The store's host. */
-  readonly hostname: string;
-  /** The store's port. */
-  readonly port: number;
-  /** The store's secret, if any. */
-  readonly secret: string | undefined;
+  /** Where the store is and how to speak to it. */
+  readonly address: StoreAddress;
+  /** The prefix of this job attempt's keys (`dcomm`, or `dcomm/<run id>/<attempt>`). */
+  readonly prefix: string;
   /** The connection to the store. */
-  readonly store: TcpStore;
+  readonly store: RendezvousStore;
   /** The store this rank serves (rank 0, unless a launcher serves it). */
-  readonly server: TcpStoreServer | undefined;
+  readonly server: TcpStoreServer | TorchStoreServer | undefined;
   /** The default timeout of waits. */
   readonly timeoutMs: number;
   /** The variables read. */
@@ -66,42 +161,49 @@ export class Rendezvous {
 
   private constructor(fields: {
     info: RankInfo;
-    hostname: string;
-    port: number;
-    secret: string | undefined;
-    store: TcpStore;
-    server: TcpStoreServer | undefined;
+    address: StoreAddress;
+    prefix: string;
+    store: RendezvousStore;
+    server: TcpStoreServer | TorchStoreServer | undefined;
     timeoutMs: number;
     env: Readonly<Record<string, string | undefined>>;
   }) {
     this.info = fields.info;
-    this.hostname = fields.hostname;
-    this.port = fields.port;
-    this.secret = fields.secret;
+    this.address = fields.address;
+    this.prefix = fields.prefix;
     this.store = fields.store;
     this.server = fields.server;
     this.timeoutMs = fields.timeoutMs;
     this.env = fields.env;
   }
 
+  /** The store's host. */
+  get hostname(): string {
+    return this.address.hostname;
+  }
+
   /**
-   * Joins the world's store: serves it on rank 0 unless a launcher does, and connects.
+   * Joins the world's store: serves it on rank 0 unless a launcher does, connects, and waits until every
+   * rank has checked in.
    *
-   * @param options The init method, rank, world size, secret, timeout and environment.
+   * @param options The init method, rank, world size, secret, timeout, environment and log.
    * @returns The rendezvous.
    * @throws {RangeError} If the rank, world size or store address is missing or invalid.
-   * @throws {TimeoutError} If the store cannot be reached in time.
+   * @throws {TimeoutError} If the store cannot be reached in time, or some ranks never join; the message
+   *   names them.
+   * @throws {StoreError} If the store speaks another protocol, or refuses this rank.
    */
   static async join(options: RendezvousOptions): Promise<Rendezvous> {
     const env = environment(options);
     const info = rankInfo(env, { rank: options.rank, worldSize: options.worldSize });
     const method = parseInitMethod(options.initMethod ?? "env://");
     const timeoutMs = options.timeoutMs ?? 300_000;
-    const secret = options.secret ?? env[STORE_SECRET_ENV];
+    const how = plan(env);
+    const secret = how.protocol === "dcomm" ? options.secret ?? env[STORE_SECRET_ENV] : undefined;
     let hostname = method.hostname ?? info.masterAddr;
     let port = method.port ?? info.masterPort;
-    let server: TcpStoreServer | undefined;
-    if (info.rank === 0 && env["DCOMM_STORE_HOSTED"] !== "1") {
+    let server: TcpStoreServer | TorchStoreServer | undefined;
+    if (info.rank === 0 && !how.hosted) {
       if (hostname === undefined && port === undefined && info.worldSize > 1) {
         throw new RangeError(
           "Cannot rendezvous: expected MASTER_ADDR and MASTER_PORT in the environment or a tcp://host:port " +
@@ -109,11 +211,10 @@ export class Rendezvous {
         );
       }
       hostname ??= "127.0.0.1";
-      server = await TcpStoreServer.listen({
-        hostname: isLoopback(hostname) ? "127.0.0.1" : "0.0.0.0",
-        port: port ?? 0,
-        secret,
-      });
+      const bind = { hostname: isLoopback(hostname) ? "127.0.0.1" : "0.0.0.0", port: port ?? 0 };
+      server = how.protocol === "torch"
+        ? await TorchStoreServer.listen(bind)
+        : await TcpStoreServer.listen({ ...bind, secret });
       port = server.port;
     }
     if (hostname === undefined || port === undefined) {
@@ -122,14 +223,66 @@ export class Rendezvous {
         `Cannot rendezvous: expected MASTER_ADDR and MASTER_PORT (or tcp://host:port), found ${hostname}:${port}`,
       );
     }
-    let store: TcpStore;
+    const address: StoreAddress = { protocol: how.protocol, hostname, port, secret };
+    let store: RendezvousStore;
     try {
-      store = await TcpStore.connect({ hostname, port, secret, timeoutMs });
+      store = await openStore(address, timeoutMs);
     } catch (e) {
       await server?.[Symbol.asyncDispose]();
       throw e;
     }
-    return new Rendezvous({ info, hostname, port, secret, store, server, timeoutMs, env });
+    const rendezvous = new Rendezvous({ info, address, prefix: how.prefix, store, server, timeoutMs, env });
+    try {
+      await rendezvous.#gather(how.origin, {
+        log: options.log ?? ((line) => console.error(line)),
+        every: options.reportEveryMs ?? 10_000,
+        quiet: options.quietMs ?? 30_000,
+      });
+    } catch (e) {
+      await rendezvous.abandon();
+      throw e;
+    }
+    return rendezvous;
+  }
+
+  /**
+   * Checks in and waits for every rank, in slices of `every` ms (10 s): rank 0 reports after each slice,
+   * any other rank once it has waited `quiet` ms (30 s).
+   */
+  async #gather(
+    origin: string,
+    { log, every, quiet }: { log: (line: string) => void; every: number; quiet: number },
+  ): Promise<void> {
+    const { rank, worldSize } = this.info;
+    const key = (r: number): string => `${this.prefix}/joined/${r}`;
+    await this.store.set(key(rank), "1");
+    const missing = new Set(Array.from({ length: worldSize }, (_, r) => r));
+    missing.delete(rank);
+    const where = `${origin} at ${this.address.hostname}:${this.address.port}`;
+    const started = Date.now();
+    for (;;) {
+      const elapsed = Date.now() - started;
+      const left = this.timeoutMs - elapsed;
+      try {
+        await this.store.wait([...missing].map(key), { timeoutMs: Math.max(0, Math.min(every, left)) });
+        return;
+      } catch (e) {
+        if (!(e instanceof TimeoutError)) throw e;
+      }
+      for (const r of [...missing]) if (await this.store.check([key(r)])) missing.delete(r);
+      const seconds = Math.round((Date.now() - started) / 1000);
+      const joined = `${worldSize - missing.size} of ${worldSize} joined`;
+      if (Date.now() - started >= this.timeoutMs) {
+        throw new TimeoutError(
+          `Cannot rendezvous: ${rankList(missing)} never joined (${joined} within ${seconds} s) ${where}; ` +
+            "were they started, with the same MASTER_ADDR/MASTER_PORT and world size?",
+        );
+      }
+      if (missing.size === 0) return;
+      if (rank === 0 || Date.now() - started >= quiet) {
+        log(`dcomm: rank ${rank} waiting for ${rankList(missing)} (${joined}, ${seconds} s, ${where})`);
+      }
+    }
   }
 
   /** The world has formed: the store is needed again only to close, so it no longer keeps the process alive. */
@@ -139,19 +292,20 @@ export class Rendezvous {
   }
 
   /**
-   * Checks this rank out of the world and closes the store: every rank marks itself closed under `prefix`,
-   * and the rank that serves the store waits (at most 30 s) for every rank before it stops serving it,
-   * unless the world failed (a dead rank never checks out). Never throws.
+   * Checks this rank out of the world and closes the store: every rank marks itself closed under `scope`
+   * (within this attempt's prefix), and the rank that serves the store waits (at most 30 s) for every rank
+   * before it stops serving it, unless the world failed (a dead rank never checks out). Never throws.
    *
-   * @param prefix The keys' prefix (`dcomm`, `dcomm/nccl`).
+   * @param scope The keys' scope within the prefix (`""` for the cpu backend, `nccl`).
    * @param failed Whether the world failed.
    */
-  async checkOut(prefix: string, failed: boolean): Promise<void> {
+  async checkOut(scope: string, failed: boolean): Promise<void> {
     this.store.ref();
     this.server?.ref();
-    const world = Array.from({ length: this.info.worldSize }, (_, r) => `${prefix}/closed/${r}`);
+    const base = scope ? `${this.prefix}/${scope}` : this.prefix;
+    const world = Array.from({ length: this.info.worldSize }, (_, r) => `${base}/closed/${r}`);
     try {
-      await this.store.set(`${prefix}/closed/${this.info.rank}`, "1");
+      await this.store.set(`${base}/closed/${this.info.rank}`, "1");
       if (this.server && !failed) {
         await this.store.wait(world, { timeoutMs: Math.min(this.timeoutMs, 30_000) });
       }
@@ -167,4 +321,12 @@ export class Rendezvous {
     await this.store[Symbol.asyncDispose]();
     await this.server?.[Symbol.asyncDispose]();
   }
+}
+
+/** `rank 3` or `ranks 1, 3`, at most 16 named. */
+function rankList(ranks: Set<number>): string {
+  const sorted = [...ranks].sort((a, b) => a - b);
+  const shown = sorted.slice(0, 16).join(", ");
+  const more = sorted.length > 16 ? ` and ${sorted.length - 16} more` : "";
+  return `${sorted.length === 1 ? "rank" : "ranks"} ${shown}${more}`;
 }

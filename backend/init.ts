@@ -13,6 +13,8 @@ import type { ProcessGroup } from "./process_group.ts";
 import { initCpu, type SegmentOptions } from "./cpu/create.ts";
 import { initMpiBackend } from "./mpi/create.ts";
 import { initNccl, type NcclOptions } from "./nccl/create.ts";
+import { recordErrors } from "./_error_file.ts";
+import { environment } from "./_rendezvous.ts";
 
 export type { SegmentOptions };
 
@@ -94,6 +96,8 @@ export interface InitOptions {
  */
 export async function init(options: InitOptions = {}): Promise<ProcessGroup> {
   const backend = options.backend ?? "cpu";
+  // Under torchrun a failing rank leaves its error where the agent's summary finds it.
+  recordErrors(environment(options));
   // Each backend's create.ts does its own rendezvous: cpu and nccl through dcomm's store
   // (`_rendezvous.ts`), mpi through MPI's launcher.
   if (backend === "mpi") return await initMpiBackend(options);

@@ -104,8 +104,8 @@ export interface EngineConfig {
   rank: number;
   /** World size. */
   size: number;
-  /** The rendezvous store. */
-  store: { hostname: string; port: number; secret?: string };
+  /** The rendezvous store: where it is, its protocol and secret. */
+  store: StoreAddress;
   /** Prefix of this world's keys in the store. */
   prefix: string;
   /** `"auto"`, `"tcp"`, `"shm"`, `"hybrid"` or `"inproc"`. */
@@ -137,6 +137,7 @@ export interface EngineConfig {
 }
 
 import type { WireError } from "../../core/_wire_error.ts";
+import type { StoreAddress } from "../_rendezvous.ts";
 
 /** A serialised error: its class, fields and cause survive the trip (`core/_wire_error.ts`). */
 export type { WireError } from "../../core/_wire_error.ts";

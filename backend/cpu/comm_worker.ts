@@ -7,7 +7,7 @@
  */
 import { type MessagePort, parentPort } from "node:worker_threads";
 import { DistError } from "../../core/errors.ts";
-import { TcpStore } from "../../store/tcp_store.ts";
+import { openStore } from "../_rendezvous.ts";
 import { PrefixStore } from "../../store/prefix_store.ts";
 import type { Store } from "../../store/store.ts";
 import type { Transport } from "../../transport/transport.ts";
@@ -43,12 +43,7 @@ const order = new InOrder();
 const buffers = new Map<number, SharedArrayBuffer>();
 
 async function start(config: EngineConfig): Promise<void> {
-  const client = await TcpStore.connect({
-    hostname: config.store.hostname,
-    port: config.store.port,
-    secret: config.store.secret,
-    timeoutMs: config.timeoutMs,
-  });
+  const client = await openStore(config.store, config.timeoutMs);
   store = new PrefixStore(config.prefix, client);
   completions = config.completions ? new CompletionWriter(config.completions) : undefined;
   const connected = await connectTransport(store, config);

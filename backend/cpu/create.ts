@@ -100,8 +100,8 @@ export async function initCpu(options: InitOptions = {}): Promise<CpuProcessGrou
     engine = await EngineHandle.start({
       rank: info.rank,
       size: info.worldSize,
-      store: { hostname: rendezvous.hostname, port: rendezvous.port, secret: rendezvous.secret },
-      prefix: "dcomm",
+      store: rendezvous.address,
+      prefix: rendezvous.prefix,
       transport: inproc ? "inproc" : options.transport ?? vars["DCOMM_TRANSPORT"] ?? "auto",
       inprocMesh: options.inprocMesh,
       hostname: options.hostname ?? vars["DCOMM_HOSTNAME"] ?? defaultHostname(rendezvous.hostname),
@@ -124,6 +124,6 @@ export async function initCpu(options: InitOptions = {}): Promise<CpuProcessGrou
     ranks: Array.from({ length: info.worldSize }, (_, i) => i),
     globalRank: info.rank,
     timeoutMs,
-    onClose: (failed: boolean) => rendezvous.checkOut("dcomm", failed),
+    onClose: (failed: boolean) => rendezvous.checkOut("", failed),
   });
 }

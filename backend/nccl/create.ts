@@ -199,7 +199,8 @@ export async function initNccl(
     const group = await createNcclGroup({
       ...base,
       store: rendezvous.store,
-      onClose: () => rendezvous.checkOut("dcomm/nccl", false),
+      prefix: `${rendezvous.prefix}/nccl`,
+      onClose: () => rendezvous.checkOut("nccl", false),
     });
     // The world has formed: the store is needed again only to close.
     rendezvous.formed();

@@ -7,23 +7,10 @@
 import assert from "node:assert/strict";
 import { spawnThreads } from "../../backend/threads.ts";
 import type { RankResult } from "./_fixtures/collectives.ts";
+import { checkResults } from "../_util/collective_results.ts";
 
 const FIXTURE = new URL("./_fixtures/collectives.ts", import.meta.url);
 const LAUNCH = new URL("../../cli/launch.ts", import.meta.url);
-
-function checkResults(results: RankResult[], size: number): void {
-  assert.equal(results.length, size);
-  const failures = results.flatMap((r) => r.failures);
-  assert.deepEqual(failures.slice(0, 10), [], `${failures.length} wrong results`);
-  const ran = results[0].ran;
-  assert.ok(ran > 0);
-  for (const r of results) assert.equal(r.ran, ran, `rank ${r.rank} ran ${r.ran} cases, rank 0 ran ${ran}`);
-  for (const [id, hash] of Object.entries(results[0].hashes)) {
-    for (const r of results) {
-      assert.equal(r.hashes[Number(id)], hash, `case #${id}: rank ${r.rank} holds other bits than rank 0`);
-    }
-  }
-}
 
 for (const size of [1, 2, 3, 4, 5, 8]) {
   const profile = size === 4 ? "sweep,big" : "sweep";
