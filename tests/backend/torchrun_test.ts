@@ -177,3 +177,28 @@ gatedTest(
     }
   },
 );
+
+gatedTest(
+  "dcomm's launcher --store-protocol torch serves torch's store: torch.distributed and dcomm ranks join it",
+  gate,
+  async () => {
+    const launch = ["run", "-A", "cli/launch.ts", "--store-protocol", "torch", "--nproc-per-node", "2"];
+    // torch's own init_process_group (env://, gloo) finds the launcher's store as it finds torchrun's agent's.
+    const python = await run(DENO, [
+      ...launch,
+      "--no-python",
+      "python3",
+      "tests/backend/_fixtures/torch_gloo_rank.py",
+    ]);
+    assert.equal(python.code, 0, python.out.slice(-3000));
+    assert.deepEqual(
+      [...python.out.matchAll(/RESULT (\{.*\})$/gm)].map((m) => JSON.parse(m[1])).sort((a, b) =>
+        a.rank - b.rank
+      ),
+      [{ rank: 0, size: 2, sum: 3 }, { rank: 1, size: 2, sum: 3 }],
+    );
+    const deno = await run(DENO, [...launch, RANK_FIXTURE]);
+    assert.equal(deno.code, 0, deno.out.slice(-3000));
+    assert.deepEqual(rankResults(deno.out), [0, 1].map((rank) => ({ rank, size: 2, attempt: 0, sum: 3 })));
+  },
+);

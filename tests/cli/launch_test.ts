@@ -1,9 +1,12 @@
 import assert from "node:assert/strict";
-import { stripAnsi, summarize } from "../../cli/launch.ts";
+import { launch, LaunchUsageError, parseLaunchArgs, stripAnsi, summarize } from "../../cli/launch.ts";
+import { cudaStatus } from "../../gpu/device.ts";
 
 const LAUNCH = new URL("../../cli/launch.ts", import.meta.url).pathname;
 const CHILD = new URL("./_fixtures/launch_child.ts", import.meta.url).pathname;
+const ALLREDUCE = new URL("./_fixtures/launch_allreduce.ts", import.meta.url).pathname;
 
+/** Runs the launcher's CLI to its end (at most 60 s: a hung launcher fails the test instead of hanging it). */
 async function run(
   args: string[],
   env: Record<string, string> = {},
@@ -13,8 +16,31 @@ async function run(
     env,
     stdout: "piped",
     stderr: "piped",
+    signal: AbortSignal.timeout(60_000),
   }).output();
   return { code: o.code, out: new TextDecoder().decode(o.stdout), err: new TextDecoder().decode(o.stderr) };
+}
+
+/** The ENV lines the fixture's ranks printed, parsed, in rank order. */
+function envs(out: string): Record<string, string>[] {
+  return [...out.matchAll(/^\[rank(\d+)\]: ENV (.*)$/gm)].map((m) => JSON.parse(m[2]))
+    .sort((a, b) => Number(a.RANK) - Number(b.RANK));
+}
+
+/** A port nothing listens on now. */
+function freePort(): number {
+  const probe = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (probe.addr as Deno.NetAddr).port;
+  probe.close();
+  return port;
+}
+
+/** A usage error: exit code 2, the message, one usage line, and no stack trace. */
+function assertUsageError(r: { code: number; out: string; err: string }, message: RegExp): void {
+  assert.equal(r.code, 2, r.err);
+  assert.match(r.err, message);
+  assert.match(r.err, /^Usage: deno run -A jsr:@dcomm\/dcomm\/launch \[options\] script\.ts/m);
+  assert.doesNotMatch(r.err, /TypeError|^\s+at /m, `expected no stack trace, found:\n${r.err}`);
 }
 
 Deno.test("launch starts N ranks with torchrun's environment and prefixes their lines", async () => {
@@ -75,9 +101,11 @@ Deno.test("launch rejects bad flags with a message naming them", async () => {
 async function stopWith(
   signal: "SIGTERM" | "SIGINT",
   ranks: number,
+  flags: string[] = [],
+  mode = "trap",
 ): Promise<{ code: number; out: string; err: string }> {
   const child = new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", LAUNCH, "--nproc-per-node", String(ranks), CHILD, "trap"],
+    args: ["run", "-A", LAUNCH, ...flags, "--nproc-per-node", String(ranks), CHILD, mode],
     stdout: "piped",
     stderr: "piped",
   }).spawn();
@@ -141,6 +169,14 @@ Deno.test("launch forwards SIGINT to every rank and exits 130", async () => {
   assert.match(err, /^Stopped by SIGINT:/m);
 });
 
+Deno.test("launch --max-restarts does not restart ranks that a signal stopped: it exits 128 + n", async () => {
+  const { code, err } = await stopWith("SIGTERM", 2, ["--max-restarts", "2"], "wait");
+  assert.equal(code, 143, err);
+  assert.doesNotMatch(err, /restarting/);
+  assert.match(err, /^Stopped by SIGTERM: the launcher forwarded it to its 2 ranks/m);
+  assert.match(err, /rank 0: (signal SIGTERM|exit 143)/);
+});
+
 Deno.test("launch writes no ANSI escapes into a pipe, not even from a rank's uncaught error", async () => {
   const { code, out, err } = await run(["--nproc-per-node", "2", CHILD, "throw"]);
   assert.equal(code, 1, err);
@@ -160,4 +196,482 @@ Deno.test("summarize() and stripAnsi() drop escape sequences unless asked to kee
   };
   assert.match(summarize(result), /^ {2}\| boom$/m);
   assert.ok(summarize(result, { color: true }).includes("\x1b[31mboom"));
+});
+
+Deno.test("launch --standalone runs one node on 127.0.0.1 with a free port and a random run id", async () => {
+  const { code, out, err } = await run(["--standalone", "--nproc-per-node", "2", CHILD, "ok"]);
+  assert.equal(code, 0, err);
+  const e = envs(out);
+  assert.equal(e.length, 2);
+  assert.equal(e[0].MASTER_ADDR, "127.0.0.1");
+  assert.ok(Number(e[0].MASTER_PORT) > 0);
+  assert.match(e[0].DCOMM_RUN_ID, /^[0-9a-f-]{36}$/);
+  assert.equal(e[1].DCOMM_RUN_ID, e[0].DCOMM_RUN_ID);
+  assert.equal(e[0].DCOMM_RESTART_COUNT, "0");
+});
+
+Deno.test("launch --standalone refuses several nodes, another address and an endpoint (exit 2)", async () => {
+  for (
+    const [flags, clash] of [
+      [["--nnodes", "2"], "--nnodes 2"],
+      [["--master-addr", "10.0.0.1"], "--master-addr 10.0.0.1"],
+      [["--master-port", "29500"], "--master-port 29500"],
+      [["--rdzv-endpoint", "10.0.0.1:29400"], "--rdzv-endpoint 10.0.0.1:29400"],
+    ]
+  ) {
+    const r = await run(["--standalone", ...flags, "--nproc-per-node", "1", CHILD], {
+      DCOMM_STORE_SECRET: "s",
+    });
+    assert.equal(r.code, 2, r.err);
+    assert.ok(r.err.includes(`Cannot combine --standalone with ${clash}: --standalone runs one node`), r.err);
+  }
+});
+
+Deno.test("launch --rdzv-endpoint host:port is the store's address, given to every rank", async () => {
+  const port = freePort();
+  const { code, out, err } = await run([
+    "--rdzv_endpoint",
+    `127.0.0.1:${port}`,
+    "--rdzv-backend=c10d",
+    "--rdzv-id",
+    "job-7",
+    "--nproc-per-node",
+    "2",
+    CHILD,
+  ]);
+  assert.equal(code, 0, err);
+  for (const e of envs(out)) {
+    assert.equal(e.MASTER_ADDR, "127.0.0.1");
+    assert.equal(e.MASTER_PORT, String(port));
+    assert.equal(e.DCOMM_RUN_ID, "job-7");
+  }
+});
+
+Deno.test("launch --rdzv-endpoint without a port uses 29400, as torchrun's c10d rendezvous", async () => {
+  try {
+    Deno.listen({ hostname: "127.0.0.1", port: 29400 }).close();
+  } catch {
+    console.log("skipped: port 29400 is in use on this machine, and this test needs it free");
+    return;
+  }
+  const { code, out, err } = await run(["--rdzv-endpoint", "127.0.0.1", "--nproc-per-node", "1", CHILD]);
+  assert.equal(code, 0, err);
+  assert.equal(envs(out)[0].MASTER_PORT, "29400");
+});
+
+Deno.test("launch --rdzv-endpoint naming another host or port than --master-addr/--master-port exits 2 naming both", async () => {
+  const host = await run(["--rdzv-endpoint", "node0:29400", "--master-addr", "node1", CHILD]);
+  assert.equal(host.code, 2);
+  assert.match(
+    host.err,
+    /Cannot combine --rdzv-endpoint node0:29400 with --master-addr node1: .*\(node0 and node1\)/,
+  );
+  const port = await run(["--rdzv-endpoint", "127.0.0.1:1234", "--master-port", "999", CHILD]);
+  assert.equal(port.code, 2);
+  assert.match(
+    port.err,
+    /Cannot combine --rdzv-endpoint 127\.0\.0\.1:1234 with --master-port 999: .*\(1234 and 999\)/,
+  );
+  const bad = await run(["--rdzv-endpoint", "node0:http", CHILD]);
+  assert.equal(bad.code, 2);
+  assert.match(
+    bad.err,
+    /Invalid --rdzv-endpoint: expected host\[:port\] \(or \[IPv6\]:port\), found "node0:http"/,
+  );
+});
+
+Deno.test("launch rejects an unknown flag or a missing value with one usage line and exit 2, no stack trace", async () => {
+  assertUsageError(
+    await run(["--standalone", "--bogus", CHILD]),
+    /^launch: Unknown flag --bogus; --help lists/m,
+  );
+  assertUsageError(
+    await run(["--run-path", CHILD]),
+    /^launch: Unknown flag --run-path: it is torchrun's, and dcomm's launcher does not support it/m,
+  );
+  assertUsageError(
+    await run(["--nproc-per-node"]),
+    /^launch: Flag --nproc-per-node expects a value, found nothing$/m,
+  );
+  assertUsageError(
+    await run(["--nproc-per-node", "--standalone", CHILD]),
+    /^launch: Flag --nproc-per-node expects a value, found the flag --standalone$/m,
+  );
+  assertUsageError(
+    await run(["--standalone=yes", CHILD]),
+    /^launch: Flag --standalone takes no value, found "yes"$/m,
+  );
+  assertUsageError(await run(["--standalone"]), /^launch: Expected a script after the flags, found none$/m);
+  assertUsageError(
+    await run(["--rdzv-backend", "etcd", CHILD]),
+    /^launch: Unsupported --rdzv-backend etcd: expected c10d or static/m,
+  );
+  assertUsageError(
+    await run(["--nnodes", "1:4", CHILD]),
+    /^launch: Elastic --nnodes 1:4 is not supported: .*expected N or N:N \(MIN == MAX\), found MIN 1 and MAX 4$/m,
+  );
+  assertUsageError(
+    await run(["--nproc-per-node", "many", CHILD]),
+    /^launch: Invalid --nproc-per-node: expected a positive integer or auto, cpu or gpu, found "many"$/m,
+  );
+  assertUsageError(
+    await run(["--monitor-interval", "0", CHILD]),
+    /^launch: Invalid --monitor-interval: expected a number of seconds > 0, found "0"$/m,
+  );
+  assertUsageError(
+    await run(["--max-restarts", "-1", CHILD]),
+    /^launch: Invalid --max-restarts: expected a non-negative integer, found "-1"$/m,
+  );
+  assertUsageError(
+    await run(["-r", "4", CHILD]),
+    /^launch: Invalid -r: expected 0 \(none\), 1 \(stdout\), 2 \(stderr\) or 3 \(both\)/m,
+  );
+  const help = await run(["--help"]);
+  assert.equal(help.code, 0);
+  for (
+    const flag of [
+      "--nproc-per-node",
+      "--nnodes",
+      "--node-rank",
+      "--master-addr",
+      "--master-port",
+      "--standalone",
+      "--rdzv-endpoint",
+      "--rdzv-backend",
+      "--rdzv-id",
+      "--max-restarts",
+      "--monitor-interval",
+      "--log-dir",
+      "--redirects",
+      "--tee",
+      "--deno-args",
+      "--no-deno",
+      "--no-python",
+    ]
+  ) assert.ok(help.out.includes(flag), `expected --help to list ${flag}`);
+});
+
+Deno.test("launch --nnodes N:N, --monitor-interval and --no-python are accepted", async () => {
+  const { code, out, err } = await run([
+    "--nnodes=1:1",
+    "--monitor-interval",
+    "0.5",
+    "--no-python",
+    "--nproc-per-node",
+    "2",
+    Deno.execPath(),
+    "run",
+    "-A",
+    CHILD,
+  ]);
+  assert.equal(code, 0, err);
+  assert.equal(envs(out).length, 2);
+});
+
+Deno.test("launch --nproc-per-node cpu, auto and gpu count this machine's CPUs and GPUs", async () => {
+  const cpus = navigator.hardwareConcurrency;
+  const cpu = await run(["--nproc-per-node", "cpu", CHILD]);
+  assert.equal(cpu.code, 0, cpu.err);
+  assert.equal(envs(cpu.out).length, cpus);
+  const cuda = cudaStatus();
+  const auto = await run(["--nproc-per-node", "auto", CHILD]);
+  assert.equal(auto.code, 0, auto.err);
+  assert.equal(envs(auto.out).length, cuda.available ? cuda.deviceCount : cpus);
+  const gpu = await run(["--nproc-per-node", "gpu", CHILD]);
+  if (cuda.available) {
+    assert.equal(gpu.code, 0, gpu.err);
+    assert.equal(envs(gpu.out)[0].WORLD_SIZE, String(cuda.deviceCount));
+  } else {
+    assert.equal(gpu.code, 2);
+    assert.match(
+      gpu.err,
+      /Cannot use --nproc-per-node gpu: expected CUDA to see at least one GPU, found none \(/,
+    );
+  }
+});
+
+Deno.test("launch --max-restarts restarts every rank after a failure and exits 0 when an attempt succeeds", async () => {
+  const logDir = Deno.makeTempDirSync();
+  try {
+    const { code, out, err } = await run([
+      "--max-restarts",
+      "2",
+      "--log-dir",
+      logDir,
+      "--rdzv-id",
+      "restart-run",
+      "--tee",
+      "3",
+      "--nproc-per-node",
+      "2",
+      CHILD,
+      "restart",
+    ]);
+    assert.equal(code, 0, err);
+    assert.match(out, /^\[rank1\]: rank 1 fails on attempt 0$/m);
+    assert.match(
+      err,
+      /^\[launcher\]: attempt 0 failed \(rank 1 exited with code 3\); restarting all 2 ranks of this node as attempt 1/m,
+    );
+    for (let r = 0; r < 2; r++) {
+      assert.match(out, new RegExp(`^\\[rank${r}\\]: rank ${r} ok on attempt 1$`, "m"));
+    }
+    // The store stayed up: both attempts' ranks got the same port.
+    const ports = new Set(envs(out).map((e) => e.MASTER_PORT));
+    assert.equal(ports.size, 1, `expected one store port across attempts, found ${[...ports]}`);
+    assert.deepEqual(envs(out).map((e) => e.TORCHELASTIC_RESTART_COUNT).sort(), ["0", "0", "1", "1"]);
+    assert.match(err, /^All 2 ranks exited with code 0 on attempt 1$/m);
+    assert.match(
+      err,
+      /^Attempts: 2 ran \(1 restart\); 1 failed:\n {2}attempt 0: rank 1 exited with code 3\n {2}attempt 1: all 2 ranks exited with code 0$/m,
+    );
+    const run0 = `${logDir}/restart-run`;
+    assert.match(Deno.readTextFileSync(`${run0}/attempt_0/1/stdout.log`), /^rank 1 fails on attempt 0$/m);
+    assert.match(Deno.readTextFileSync(`${run0}/attempt_1/1/stdout.log`), /^rank 1 ok on attempt 1$/m);
+    assert.ok(!Deno.readTextFileSync(`${run0}/attempt_1/1/stdout.log`).includes("fails"));
+  } finally {
+    Deno.removeSync(logDir, { recursive: true });
+  }
+});
+
+Deno.test("launch --max-restarts 0 does not restart: the failing rank's code, no restart line", async () => {
+  const { code, out, err } = await run(["--max-restarts", "0", "--nproc-per-node", "2", CHILD, "restart"]);
+  assert.equal(code, 3, err);
+  assert.doesNotMatch(err, /restarting/);
+  assert.doesNotMatch(out, /ok on attempt 1/);
+  assert.match(err, /Rank 1 exited with code 3; the launcher stopped the other ranks\./);
+  assert.doesNotMatch(err, /^Attempts:/m);
+});
+
+Deno.test("launch --max-restarts N stops after N + 1 failed attempts and says which failed", async () => {
+  const pidDir = Deno.makeTempDirSync();
+  try {
+    const { code, err } = await run(["--max-restarts", "1", "--nproc-per-node", "2", CHILD, "fail"], {
+      PID_DIR: pidDir,
+    });
+    assert.equal(code, 3, err);
+    assert.equal((err.match(/restarting all 2 ranks/g) ?? []).length, 1);
+    assert.match(
+      err,
+      /^Attempts: 2 ran \(1 restart\); 2 failed:\n {2}attempt 0: rank 1 exited with code 3\n {2}attempt 1: rank 1 exited with code 3$/m,
+    );
+  } finally {
+    Deno.removeSync(pidDir, { recursive: true });
+  }
+});
+
+Deno.test("launch --log-dir with --redirects and --tee writes torchrun's layout; redirected lines stay off the console", async () => {
+  const logDir = Deno.makeTempDirSync();
+  try {
+    // Local rank 0: stdout redirected (file only), stderr teed (file and console). Local rank 1: stdout
+    // redirected, stderr neither (console only).
+    const { code, out, err } = await run([
+      "--log_dir",
+      logDir,
+      "--rdzv-id",
+      "logs-run",
+      "-r",
+      "1",
+      "-t",
+      "0:2",
+      "--nproc-per-node",
+      "2",
+      CHILD,
+      "ok",
+    ]);
+    assert.equal(code, 0, err);
+    assert.doesNotMatch(out, /ENV/, "expected redirected stdout off the console");
+    assert.match(err, /^\[rank0\]: to stderr from 0$/m);
+    assert.match(err, /^\[rank1\]: to stderr from 1$/m);
+    assert.ok(err.includes(`[launcher]: logs of run logs-run in ${logDir}/logs-run`), err);
+    const dir = `${logDir}/logs-run/attempt_0`;
+    for (let l = 0; l < 2; l++) {
+      const stdout = Deno.readTextFileSync(`${dir}/${l}/stdout.log`);
+      assert.match(stdout, new RegExp(`^ENV \\{"RANK":"${l}"`, "m"));
+      assert.doesNotMatch(stdout, /\[rank/, "expected the rank's own lines, without the console's prefix");
+    }
+    assert.equal(Deno.readTextFileSync(`${dir}/0/stderr.log`), "to stderr from 0\n");
+    assert.throws(() => Deno.statSync(`${dir}/1/stderr.log`), Deno.errors.NotFound);
+  } finally {
+    Deno.removeSync(logDir, { recursive: true });
+  }
+});
+
+Deno.test("launch --redirects without --log-dir writes to a new temporary folder and says where", async () => {
+  const { code, out, err } = await run([
+    "--redirects",
+    "3",
+    "--rdzv-id",
+    "tmp-run",
+    "--nproc-per-node",
+    "1",
+    CHILD,
+  ]);
+  assert.equal(code, 0, err);
+  assert.equal(out, "");
+  const m = /^\[launcher\]: logs of run tmp-run in (\S+)$/m.exec(err);
+  assert.ok(m, err);
+  try {
+    assert.match(Deno.readTextFileSync(`${m[1]}/attempt_0/0/stdout.log`), /^ENV /);
+    assert.equal(Deno.readTextFileSync(`${m[1]}/attempt_0/0/stderr.log`), "to stderr from 0\n");
+  } finally {
+    Deno.removeSync(m[1].replace(/\/tmp-run$/, ""), { recursive: true });
+  }
+});
+
+Deno.test("launch reads its flags from PET_* variables, as torchrun does", async () => {
+  const port = freePort();
+  const { code, out, err } = await run([CHILD], {
+    PET_NPROC_PER_NODE: "3",
+    PET_RDZV_ID: "pet-run",
+    PET_MASTER_PORT: String(port),
+    PET_MAX_RESTARTS: "1",
+    PET_STANDALONE: "0",
+  });
+  assert.equal(code, 0, err);
+  const e = envs(out);
+  assert.equal(e.length, 3);
+  for (const x of e) {
+    assert.equal(x.WORLD_SIZE, "3");
+    assert.equal(x.DCOMM_RUN_ID, "pet-run");
+    assert.equal(x.MASTER_PORT, String(port));
+  }
+  const bad = await run([CHILD], { PET_NNODES: "1:2" });
+  assertUsageError(bad, /^launch: Elastic PET_NNODES 1:2 is not supported/m);
+  const clash = await run(["--standalone", CHILD], { PET_NNODES: "2", DCOMM_STORE_SECRET: "s" });
+  assert.equal(clash.code, 2);
+  assert.match(clash.err, /Cannot combine --standalone with --nnodes 2/);
+  assert.match(clash.err, /^launch: values from the environment: PET_NNODES=2$/m);
+});
+
+Deno.test("launch flags win over PET_* variables, and an address flag over every PET_* of the address", async () => {
+  const port = freePort();
+  const { code, out, err } = await run([
+    "--nproc-per-node",
+    "2",
+    "--rdzv-endpoint",
+    `127.0.0.1:${port}`,
+    CHILD,
+  ], {
+    PET_NPROC_PER_NODE: "3",
+    PET_MASTER_ADDR: "10.9.9.9",
+    PET_MASTER_PORT: "1",
+  });
+  assert.equal(code, 0, err);
+  const e = envs(out);
+  assert.equal(e.length, 2);
+  assert.equal(e[0].MASTER_ADDR, "127.0.0.1");
+  assert.equal(e[0].MASTER_PORT, String(port));
+});
+
+Deno.test("parseLaunchArgs() reads both spellings, =values, torchrun's short flags and PET_* fallbacks", () => {
+  const a = parseLaunchArgs(
+    [
+      "--nproc_per_node=4",
+      "--max_restarts",
+      "2",
+      "-r",
+      "0:3,1:2",
+      "-t3",
+      "--node-rank",
+      "1",
+      "--nnodes",
+      "2:2",
+      "--no_python",
+      "--deno-args",
+      "--allow-net --allow-env",
+      "--",
+      "--script-looking-like-a-flag",
+      "--epochs",
+      "3",
+    ],
+    { PET_NODE_RANK: "0", PET_LOG_DIR: "/logs", PET_MASTER_ADDR: "job-master-0" },
+  );
+  assert.equal(a.help, false);
+  assert.deepEqual(a.options, {
+    nprocPerNode: 4,
+    nnodes: 2,
+    nodeRank: 1,
+    masterAddr: "job-master-0",
+    masterPort: undefined,
+    standalone: false,
+    rdzvEndpoint: undefined,
+    runId: undefined,
+    storeProtocol: undefined,
+    maxRestarts: 2,
+    logDir: "/logs",
+    redirects: { 0: 3, 1: 2 },
+    tee: 3,
+    denoArgs: ["--allow-net", "--allow-env"],
+    noDeno: true,
+    command: ["--script-looking-like-a-flag", "--epochs", "3"],
+  });
+  assert.deepEqual(a.fromEnv, { PET_LOG_DIR: "/logs", PET_MASTER_ADDR: "job-master-0" });
+  assert.equal(parseLaunchArgs(["-h"]).help, true);
+  assert.equal(parseLaunchArgs(["s.ts"], { PET_NO_DENO: "1" }).options?.noDeno, true);
+  assert.equal(parseLaunchArgs(["s.ts"], {}).options?.nprocPerNode, 1, "torchrun's default");
+  assert.throws(() => parseLaunchArgs(["s.ts"], { PET_STANDALONE: "yes" }), {
+    name: "LaunchUsageError",
+    message: 'Invalid PET_STANDALONE: expected 0 or 1, found "yes"',
+  });
+  assert.throws(() => parseLaunchArgs(["--tee", "0:5", "s.ts"], {}), LaunchUsageError);
+});
+
+Deno.test("launch() refuses a --redirects naming a local rank this node does not run", async () => {
+  await assert.rejects(
+    launch({ nprocPerNode: 2, redirects: { 0: 3, 2: 1 }, command: [CHILD] }),
+    {
+      name: "RangeError",
+      message: "Invalid --redirects: it names local rank 2, but this node runs local ranks 0..1",
+    },
+  );
+});
+
+// There is no Kubernetes cluster here: two launcher processes on 127.0.0.1 play a PyTorchJob's two pods,
+// with the variables Kubeflow's training operator sets in each (PET_* for torchrun, and the pod's own
+// RANK/WORLD_SIZE/MASTER_*, which each rank's environment replaces).
+Deno.test("launch on two emulated PyTorchJob pods (PET_* env, no cluster) forms one world of 4 ranks", async () => {
+  const port = freePort();
+  const pod = (nodeRank: number): Promise<Deno.CommandOutput> =>
+    new Deno.Command(Deno.execPath(), {
+      args: ["run", "-A", LAUNCH, ALLREDUCE],
+      env: {
+        PET_NNODES: "2",
+        PET_NPROC_PER_NODE: "2",
+        PET_NODE_RANK: String(nodeRank),
+        PET_MASTER_ADDR: "127.0.0.1",
+        PET_MASTER_PORT: String(port),
+        MASTER_ADDR: "127.0.0.1",
+        MASTER_PORT: String(port),
+        WORLD_SIZE: "4",
+        RANK: String(nodeRank),
+        DCOMM_STORE_SECRET: "one-secret-for-the-job",
+        DCOMM_HOST_ID: `pod-${nodeRank}`,
+      },
+      stdout: "piped",
+      stderr: "piped",
+      signal: AbortSignal.timeout(90_000),
+    }).output();
+  // The worker pod often starts first: its ranks wait for node 0's store.
+  const worker = pod(1);
+  await new Promise((r) => setTimeout(r, 200));
+  const outs = await Promise.all([pod(0), worker]);
+  const results: { rank: number; worldSize: number; localRank: number; sum: number; count: number }[] = [];
+  for (const [node, o] of outs.entries()) {
+    const text = new TextDecoder().decode(o.stdout) + new TextDecoder().decode(o.stderr);
+    assert.equal(o.code, 0, `node ${node}:\n${text.slice(-3000)}`);
+    for (const m of text.matchAll(/^\[rank(\d+)\]: RESULT (.*)$/gm)) {
+      const r = JSON.parse(m[2]);
+      assert.equal(Number(m[1]), r.rank);
+      assert.equal(Math.floor(r.rank / 2), node, `rank ${r.rank} ran on node ${node}`);
+      results.push(r);
+    }
+  }
+  results.sort((a, b) => a.rank - b.rank);
+  assert.deepEqual(results.map((r) => [r.rank, r.localRank, r.worldSize, r.sum, r.count]), [
+    [0, 0, 4, 6, 4],
+    [1, 1, 4, 6, 4],
+    [2, 0, 4, 6, 4],
+    [3, 1, 4, 6, 4],
+  ]);
 });
