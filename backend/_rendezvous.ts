@@ -29,6 +29,7 @@ import { TcpStoreServer } from "../store/tcp_store_server.ts";
 import { TorchStore } from "../store/torch_store.ts";
 import { TorchStoreServer } from "../store/torch_store_server.ts";
 import { isLoopback, parseInitMethod, type RankInfo, rankInfo } from "./env.ts";
+import { pmiStoreAddress, pmiUnavailableReason } from "./_pmi.ts";
 
 /** What a rendezvous needs (a subset of `init`'s options). */
 export interface RendezvousOptions {
@@ -203,19 +204,36 @@ export class Rendezvous {
     let hostname = method.hostname ?? info.masterAddr;
     let port = method.port ?? info.masterPort;
     let server: TcpStoreServer | TorchStoreServer | undefined;
-    if (info.rank === 0 && !how.hosted) {
-      if (hostname === undefined && port === undefined && info.worldSize > 1) {
-        throw new RangeError(
-          "Cannot rendezvous: expected MASTER_ADDR and MASTER_PORT in the environment or a tcp://host:port " +
-            "init method, found neither",
-        );
-      }
-      hostname ??= "127.0.0.1";
-      const bind = { hostname: isLoopback(hostname) ? "127.0.0.1" : "0.0.0.0", port: port ?? 0 };
+    const serve = async (host: string, at: number): Promise<number> => {
+      const bind = { hostname: isLoopback(host) ? "127.0.0.1" : "0.0.0.0", port: at };
       server = how.protocol === "torch"
         ? await TorchStoreServer.listen(bind)
         : await TcpStoreServer.listen({ ...bind, secret });
-      port = server.port;
+      return server.port;
+    };
+    if (hostname === undefined && port === undefined && info.worldSize > 1 && !how.hosted) {
+      // Under MPICH's mpiexec the address comes from its PMI: rank 0 serves and publishes it there.
+      try {
+        const found = await pmiStoreAddress(env, (host) => serve(host, 0), { timeoutMs });
+        if (found) ({ hostname, port } = found);
+      } catch (e) {
+        await server?.[Symbol.asyncDispose]();
+        throw e;
+      }
+      if (hostname === undefined) {
+        const launcher = pmiUnavailableReason(env);
+        throw new RangeError(
+          "Cannot rendezvous: expected MASTER_ADDR and MASTER_PORT in the environment or a tcp://host:port " +
+            `init method, found neither${
+              launcher ? `; ${launcher}` : ""
+            }. Set both for every rank, or launch ` +
+            "with dcomm's launcher, torchrun, srun or MPICH's mpiexec",
+        );
+      }
+    }
+    if (info.rank === 0 && !how.hosted && server === undefined) {
+      hostname ??= "127.0.0.1";
+      port = await serve(hostname, port ?? 0);
     }
     if (hostname === undefined || port === undefined) {
       await server?.[Symbol.asyncDispose]();

@@ -1,7 +1,9 @@
 /**
  * The libc binding: POSIX shared memory (`shm_open`, `ftruncate`, `posix_fallocate`, `mmap`, `mremap`),
- * process liveness (`kill`, `getpid`), futex waits and wakes (`syscall`), `sched_yield`, and errno. This is the only place in the project that opens libc, and it opens it on first
- * use, so importing the module needs no `--allow-ffi`.
+ * process liveness (`kill`, `getpid`), futex waits and wakes (`syscall`), `sched_yield`, reads and writes of
+ * inherited descriptors that Deno cannot wrap in a stream (`poll`, `read`, `write`, `socketpair`: a
+ * launcher's PMI socket), and errno. This is the only place in the project that opens libc, and it opens it
+ * on first use, so importing the module needs no `--allow-ffi`.
  *
  * Every wrapper turns a failed call into a {@linkcode LibcError} that names the call and says errno in
  * words (`shm_open("/dcomm-x") failed: EEXIST (File exists)`).
@@ -162,6 +164,46 @@ export const LIBC_SYMBOLS = {
     result: "i32",
     nonblocking: true,
   },
+  poll_sync: {
+    // The same call as poll, made on the calling thread: it blocks that thread (for a wait that cannot be
+    // awaited, such as the last words to a launcher in an unload handler).
+    name: "poll",
+    parameters: [
+      "buffer", // struct pollfd *fds
+      "u64", // nfds_t nfds
+      "i32", // int timeout (milliseconds)
+    ],
+    result: "i32",
+  },
+  read: {
+    // ssize_t read(int fd, void *buf, size_t count);
+    // Made on the calling thread, only once poll said the descriptor is readable: the waiting is poll's.
+    parameters: [
+      "i32", // int fd
+      "buffer", // void *buf
+      "usize", // size_t count
+    ],
+    result: "isize",
+  },
+  write: {
+    // ssize_t write(int fd, const void *buf, size_t count);
+    parameters: [
+      "i32", // int fd
+      "buffer", // const void *buf
+      "usize", // size_t count
+    ],
+    result: "isize",
+  },
+  socketpair: {
+    // int socketpair(int domain, int type, int protocol, int sv[2]);
+    parameters: [
+      "i32", // int domain (AF_UNIX)
+      "i32", // int type (SOCK_STREAM, optionally | SOCK_CLOEXEC)
+      "i32", // int protocol (0)
+      "buffer", // int sv[2] (the two connected descriptors, written by the call)
+    ],
+    result: "i32",
+  },
   getpagesize: {
     // int getpagesize(void);
     parameters: [],
@@ -207,6 +249,14 @@ export const EEXIST = 17;
 export const ENOSPC = 28;
 /** `poll` event: there is data to read. */
 export const POLLIN = 0x1;
+/** errno: interrupted by a signal; the call can be made again. */
+export const EINTR = 4;
+/** errno: the call would block (a non-blocking descriptor). */
+export const EAGAIN = 11;
+/** Socket domain: a socket within this machine. */
+export const AF_UNIX = 1;
+/** Socket type: a connected byte stream. */
+export const SOCK_STREAM = 1;
 /** futex operation: sleep while the word holds a value. */
 export const FUTEX_WAIT = 0;
 /** futex operation: wake sleepers. */
@@ -241,6 +291,7 @@ const ERRNO_NAMES: Readonly<Record<number, string>> = {
   24: "EMFILE",
   27: "EFBIG",
   28: "ENOSPC",
+  32: "EPIPE",
   36: "ENAMETOOLONG",
   38: "ENOSYS",
   61: "ENODATA",
@@ -614,6 +665,82 @@ export async function pollReadable(fd: number, timeoutMs: number): Promise<boole
   const n = await libc().poll(pollfd, 1n, Math.max(0, Math.floor(timeoutMs)));
   return n > 0 && new Int16Array(pollfd.buffer)[3] !== 0;
 }
+
+/**
+ * {@linkcode pollReadable} on the calling thread: blocks it (its event loop too) until `fd` is readable or
+ * `timeoutMs` passed.
+ *
+ * @param fd An open file descriptor.
+ * @param timeoutMs The longest wait (0 only looks).
+ * @returns Whether `fd` is readable (or has an error, hang-up or bad descriptor pending). A `poll`
+ * interrupted by a signal counts as not readable.
+ */
+export function pollReadableSync(fd: number, timeoutMs: number): boolean {
+  const pollfd = new Int32Array([fd, POLLIN]);
+  const n = libc().poll_sync(pollfd, 1n, Math.max(0, Math.floor(timeoutMs)));
+  return n > 0 && new Int16Array(pollfd.buffer)[3] !== 0;
+}
+
+/**
+ * Reads what `fd` has, up to `buffer`'s length, on the calling thread, again after a signal (EINTR). It
+ * blocks while a blocking descriptor has nothing: call it once {@linkcode pollReadable} said `fd` is readable.
+ *
+ * @param fd An open file descriptor.
+ * @param buffer Where the bytes go.
+ * @returns How many bytes were read; 0 at the end of the stream (the peer closed it).
+ * @throws {LibcError} If `read` fails.
+ */
+export function readSome(fd: number, buffer: Uint8Array<ArrayBuffer>): number {
+  for (;;) {
+    const n = Number(libc().read(fd, buffer, BigInt(buffer.length)));
+    if (n >= 0) return n;
+    const code = errno();
+    if (code !== EINTR) throw new LibcError(`read(${fd})`, code);
+  }
+}
+
+/**
+ * Writes all of `bytes` to `fd` on the calling thread, again after a signal (EINTR) or a short write.
+ * A peer that closed its end gives EPIPE (Deno ignores SIGPIPE).
+ *
+ * @param fd An open file descriptor.
+ * @param bytes What to write.
+ * @throws {LibcError} If `write` fails.
+ */
+export function writeAll(fd: number, bytes: Uint8Array<ArrayBuffer>): void {
+  let at = 0;
+  while (at < bytes.length) {
+    const n = Number(libc().write(fd, at === 0 ? bytes : bytes.slice(at), BigInt(bytes.length - at)));
+    if (n >= 0) at += n;
+    else {
+      const code = errno();
+      if (code !== EINTR) throw new LibcError(`write(${fd}, ${bytes.length - at} bytes)`, code);
+    }
+  }
+}
+
+/** Options of {@linkcode socketPair}. */
+export interface SocketPairOptions {
+  /** Make both descriptors close-on-exec, so that no child process inherits them. @default false */
+  closeOnExec?: boolean;
+}
+
+/**
+ * A pair of connected Unix stream sockets: what a launcher creates to talk to the process it starts
+ * (Hydra's PMI socket). Close both with {@linkcode close}.
+ *
+ * @param options Whether they are close-on-exec.
+ * @returns The two descriptors.
+ * @throws {LibcError} If `socketpair` fails.
+ */
+export function socketPair(options: SocketPairOptions = {}): [number, number] {
+  const sv = new Int32Array(2);
+  const type = SOCK_STREAM | (options.closeOnExec ? SOCK_CLOEXEC : 0);
+  if (libc().socketpair(AF_UNIX, type, 0, sv) !== 0) throw new LibcError("socketpair(AF_UNIX)", errno());
+  return [sv[0], sv[1]];
+}
+
+const SOCK_CLOEXEC = 0o2000000;
 
 /**
  * The host's page size.

@@ -154,3 +154,21 @@ Deno.test("errorFileText() writes torch's error file shape", () => {
   assert.match(parsed.message.extraInfo.py_callstack, /^TypeError: bad input\n\s+at /);
   assert.equal(JSON.parse(errorFileText("plain")).message.message, "Error: plain");
 });
+
+Deno.test("Rendezvous.join without an address names the launcher it found and what to set", async () => {
+  await assert.rejects(
+    Rendezvous.join({ env: { OMPI_COMM_WORLD_RANK: "1", OMPI_COMM_WORLD_SIZE: "4" }, timeoutMs: 1_000 }),
+    (e: unknown) => {
+      assert.ok(e instanceof RangeError);
+      assert.match(
+        e.message,
+        /^Cannot rendezvous: expected MASTER_ADDR and MASTER_PORT .* found neither; Open MPI's mpirun started this process \(OMPI_COMM_WORLD_SIZE=4\)/,
+      );
+      assert.match(
+        e.message,
+        /Set both for every rank, or launch with dcomm's launcher, torchrun, srun or MPICH's mpiexec$/,
+      );
+      return true;
+    },
+  );
+});
