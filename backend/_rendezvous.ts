@@ -21,7 +21,7 @@
  *
  * @module
  */
-import { TimeoutError } from "../core/errors.ts";
+import { StoreError, TimeoutError } from "../core/errors.ts";
 import { STORE_SECRET_ENV } from "../store/secret.ts";
 import type { Store } from "../store/store.ts";
 import { TcpStore } from "../store/tcp_store.ts";
@@ -204,11 +204,24 @@ export class Rendezvous {
     let hostname = method.hostname ?? info.masterAddr;
     let port = method.port ?? info.masterPort;
     let server: TcpStoreServer | TorchStoreServer | undefined;
+    // Under srun the address is derived (the step's first host, a port of the job and step ids): say so.
+    const slurm = info.addressSource === "slurm"
+      ? (what: string) =>
+        ` (${what} derived from srun's variables: the first host of SLURM_STEP_NODELIST and a port of ` +
+        "SLURM_JOB_ID and SLURM_STEP_ID; set MASTER_ADDR, or DCOMM_SLURM_PORT / MASTER_PORT, to choose)"
+      : undefined;
     const serve = async (host: string, at: number): Promise<number> => {
       const bind = { hostname: isLoopback(host) ? "127.0.0.1" : "0.0.0.0", port: at };
-      server = how.protocol === "torch"
-        ? await TorchStoreServer.listen(bind)
-        : await TcpStoreServer.listen({ ...bind, secret });
+      try {
+        server = how.protocol === "torch"
+          ? await TorchStoreServer.listen(bind)
+          : await TcpStoreServer.listen({ ...bind, secret });
+      } catch (e) {
+        if (slurm && e instanceof StoreError) {
+          throw new StoreError(e.message + slurm("the port is"), { cause: e });
+        }
+        throw e;
+      }
       return server.port;
     };
     if (hostname === undefined && port === undefined && info.worldSize > 1 && !how.hosted) {
@@ -247,6 +260,9 @@ export class Rendezvous {
       store = await openStore(address, timeoutMs);
     } catch (e) {
       await server?.[Symbol.asyncDispose]();
+      if (slurm && e instanceof TimeoutError) {
+        throw new TimeoutError(e.message + slurm("the address is"), { cause: e });
+      }
       throw e;
     }
     const rendezvous = new Rendezvous({ info, address, prefix: how.prefix, store, server, timeoutMs, env });

@@ -12,6 +12,7 @@ import { check } from "../../ffi/mpi/mpi.ts";
 import { MpiComm } from "../../ffi/mpi/constants.ts";
 import { environment } from "../_rendezvous.ts";
 import { rankInfo } from "../env.ts";
+import { slurmStepTasks } from "../_slurm.ts";
 import { MpiProcessGroup, mpiWorld } from "./group.ts";
 import { MpiRuntime } from "./_runtime.ts";
 
@@ -100,6 +101,27 @@ function checkWorld(
   if (options.rank !== undefined && options.rank !== rank) {
     throw new RangeError(`Invalid rank: MPI says this process is rank ${rank}, found rank ${options.rank}`);
   }
+  // srun without a PMI plugin MPI uses starts every task as an MPI singleton: each would all-reduce alone
+  // and return its own values. With PMI_SIZE set (Hydra's mpiexec, srun --mpi=pmi2) the check below
+  // compares that world instead.
+  let stepTasks: number | undefined;
+  try {
+    stepTasks = slurmStepTasks(env);
+  } catch {
+    stepTasks = undefined;
+  }
+  if (size === 1 && stepTasks !== undefined && stepTasks > 1 && !env["PMI_SIZE"]) {
+    const offered = env["PMIX_RANK"] !== undefined
+      ? "srun offered PMIx (PMIX_RANK is set), which this MPI did not use"
+      : "srun offered no PMI (PMI_SIZE and PMIX_RANK are unset)";
+    throw new DistError(
+      `Cannot use MPI under srun: expected MPI's world to have the step's ${stepTasks} tasks ` +
+        `(SLURM_STEP_NUM_TASKS), found 1 rank in MPI's world (${path}): ${offered}, so every task would ` +
+        `run alone. Launch with srun --mpi=pmi2 (or --mpi=pmix with an MPI built for PMIx; ` +
+        `srun --mpi=list shows Slurm's plugins)`,
+      { code: "MPI" },
+    );
+  }
   let info;
   try {
     info = rankInfo(env);
@@ -129,8 +151,9 @@ function checkWorld(
  * @throws {LibraryNotFoundError} If no MPI library is found (the message lists every path tried).
  * @throws {UnsupportedError} For Open MPI, or MPI initialised by another thread without thread support.
  * @throws {RangeError} If `rank`/`worldSize` or `timeoutMs` do not fit MPI's world.
- * @throws {DistError} If a world group is already open, MPI was finalised, or the launcher's variables
- *   disagree with MPI's world (a library that does not match the launcher).
+ * @throws {DistError} If a world group is already open, MPI was finalised, the launcher's variables
+ *   disagree with MPI's world (a library that does not match the launcher), or srun started the tasks
+ *   without a PMI plugin (MPI sees a world of 1 in a step of several tasks: use `srun --mpi=pmi2`).
  *
  * @example
  * ```ts ignore

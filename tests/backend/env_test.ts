@@ -17,6 +17,7 @@ Deno.test("rankInfo() reads torchrun's variables", () => {
     localWorldSize: 2,
     masterAddr: "10.1.2.3",
     masterPort: 29500,
+    addressSource: "env",
     source: "torchrun",
   });
 });

@@ -172,3 +172,25 @@ Deno.test("Rendezvous.join without an address names the launcher it found and wh
     },
   );
 });
+
+Deno.test("Rendezvous.join under srun says the store's port was derived when it is taken", async () => {
+  using taken = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const slurm = {
+    SLURM_JOB_ID: "77",
+    SLURM_STEP_ID: "0",
+    SLURM_PROCID: "0",
+    SLURM_STEP_NUM_TASKS: "2",
+    SLURM_LOCALID: "0",
+    SLURM_NODEID: "0",
+    SLURM_STEP_NODELIST: "localhost",
+    SLURM_STEP_TASKS_PER_NODE: "2",
+    DCOMM_SLURM_PORT: String(taken.addr.port),
+  };
+  await assert.rejects(
+    Rendezvous.join({ env: slurm, timeoutMs: 2_000 }),
+    new RegExp(
+      `Cannot start the store server on 127\\.0\\.0\\.1:${taken.addr.port}: .*\\(the port is derived from srun's ` +
+        "variables: the first host of SLURM_STEP_NODELIST .*DCOMM_SLURM_PORT / MASTER_PORT, to choose\\)",
+    ),
+  );
+});
