@@ -8,7 +8,10 @@ import { ALGORITHMS } from "../collectives/mod.ts";
 
 Deno.test("README lists every algorithm name of every collective, as the registry does", () => {
   const readme = Deno.readTextFileSync(new URL("../README.md", import.meta.url));
-  const rows = [...readme.matchAll(/^\s*\| `(\w+)`\s*\| (`[^|]*)\|$/gm)];
+  // The algorithm table's rows: a collective's name, then its algorithms (not the variables' table).
+  const rows = [...readme.matchAll(/^\s*\| `(\w+)`\s*\| (`[^|]*)\|$/gm)].filter(([, name]) =>
+    !name.startsWith("DCOMM_")
+  );
   const table = Object.fromEntries(
     rows.map(([, collective, cell]) => [collective, [...cell.matchAll(/`([\w-]+)`/g)].map((m) => m[1])]),
   );
@@ -16,4 +19,55 @@ Deno.test("README lists every algorithm name of every collective, as the registr
     table,
     Object.fromEntries(Object.entries(ALGORITHMS).map(([c, names]) => [c, [...names]])),
   );
+});
+
+/** Names that look like variables in the library's text but are none (a made-up name in an example). */
+const NOT_VARIABLES: Readonly<Record<string, string>> = {
+  DCOMM_MISSING: "the made-up library of core/errors.ts's example",
+};
+
+/** Every `DCOMM_*` name the library's code (not its tests or benchmarks) mentions. */
+function variablesInCode(): Set<string> {
+  const found = new Set<string>();
+  const root = new URL("../", import.meta.url);
+  const walk = (dir: URL): void => {
+    for (const entry of Deno.readDirSync(dir)) {
+      const url = new URL(entry.name + (entry.isDirectory ? "/" : ""), dir);
+      if (entry.isDirectory) walk(url);
+      else if (entry.name.endsWith(".ts")) {
+        for (const m of Deno.readTextFileSync(url).matchAll(/\bDCOMM_[A-Z0-9_]*[A-Z0-9]\b/g)) found.add(m[0]);
+      }
+    }
+  };
+  for (
+    const dir of [
+      "backend",
+      "cli",
+      "collectives",
+      "compression",
+      "core",
+      "ddp",
+      "ffi",
+      "gpu",
+      "sim",
+      "store",
+      "transport",
+      "wasm",
+    ]
+  ) {
+    try {
+      walk(new URL(`${dir}/`, root));
+    } catch (e) {
+      if (!(e instanceof Deno.errors.NotFound)) throw e;
+    }
+  }
+  for (const name of Object.keys(NOT_VARIABLES)) found.delete(name);
+  return found;
+}
+
+Deno.test("README's table of DCOMM_* variables lists every one the code reads, and no other", () => {
+  const readme = Deno.readTextFileSync(new URL("../README.md", import.meta.url));
+  const rows = [...readme.matchAll(/^\| `(DCOMM_[A-Z0-9_]+)`/gm)].map((m) => m[1]);
+  assert.equal(new Set(rows).size, rows.length, "a variable has two rows");
+  assert.deepEqual([...rows].sort(), [...variablesInCode()].sort());
 });
