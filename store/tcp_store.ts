@@ -45,7 +45,7 @@
  *
  * @module
  */
-import { StoreError, TimeoutError } from "../core/errors.ts";
+import { StoreError } from "../core/errors.ts";
 import { answerChallenge, hmacKey } from "./_auth.ts";
 import {
   checkDelta,
@@ -76,7 +76,8 @@ import {
   writeAll,
 } from "./_protocol.ts";
 import { TorchOp, TorchWriter, VALIDATION_MAGIC } from "./_torch_protocol.ts";
-import { sleep, waitWithDeadline } from "./_wait.ts";
+import { retryUntil, Unreachable } from "./_retry.ts";
+import { waitWithDeadline } from "./_wait.ts";
 import { secretFromEnv, STORE_SECRET_ENV } from "./secret.ts";
 import type { Store, StoreOptions, StoreValue, StoreWaitOptions } from "./store.ts";
 
@@ -113,9 +114,6 @@ interface Pending {
   readonly resolve: (value: unknown) => void;
   readonly reject: (error: unknown) => void;
 }
-
-/** A failure that is worth another connection attempt: nobody listening yet, or the server restarting. */
-class Unreachable extends Error {}
 
 /**
  * A client of a {@linkcode TcpStoreServer}. One connection carries every call, many at once; blocking
@@ -193,39 +191,18 @@ export class TcpStore implements Store {
     const key = await hmacKey(options.secret ?? secretFromEnv());
     const address = hostname.includes(":") ? `[${hostname}]:${port}` : `${hostname}:${port}`;
 
-    // One controller ends every attempt: the deadline, the caller's signal.
-    const stop = new AbortController();
-    const onAbort = (): void => stop.abort(signal?.reason);
-    signal?.addEventListener("abort", onAbort, { once: true });
-    const timer = connectTimeoutMs <= 2 ** 31 - 1
-      ? setTimeout(() => stop.abort(new Unreachable("deadline")), connectTimeoutMs)
-      : undefined;
-    let lastError: unknown;
-    try {
-      for (let delay = 10; !stop.signal.aborted; delay = Math.min(delay * 2, 250)) {
-        try {
-          const conn = await connectOnce(hostname, port, stop.signal);
-          const reader = new FrameReader(maxFrameBytes);
-          await handshake(conn, reader, key, address, stop.signal);
-          return new TcpStore(conn, reader, address, timeoutMs);
-        } catch (error) {
-          if (stop.signal.aborted) break;
-          if (!isRetryable(error)) throw error;
-          lastError = error;
-        }
-        await sleep(delay, stop.signal);
-      }
-      if (signal?.aborted) throw signal.reason;
-      const last = lastError instanceof Error ? lastError.message : "none";
-      throw new TimeoutError(
+    return await retryUntil(async (stop) => {
+      const conn = await connectOnce(hostname, port, stop);
+      const reader = new FrameReader(maxFrameBytes);
+      await handshake(conn, reader, key, address, stop);
+      return new TcpStore(conn, reader, address, timeoutMs);
+    }, {
+      timeoutMs: connectTimeoutMs,
+      signal,
+      timeout: (last) =>
         `Cannot connect to the store at ${address}: no store answered within ${connectTimeoutMs} ms ` +
-          `(last error: ${last}); is rank 0 (or the launcher) running its TcpStoreServer on that address?`,
-        { cause: lastError },
-      );
-    } finally {
-      clearTimeout(timer);
-      signal?.removeEventListener("abort", onAbort);
-    }
+        `(last error: ${last}); is rank 0 (or the launcher) running its TcpStoreServer on that address?`,
+    });
   }
 
   /** The default timeout of blocking calls, in milliseconds. */
@@ -588,14 +565,6 @@ async function readFrame(
   } finally {
     reader.maxFrameBytes = max;
   }
-}
-
-function isRetryable(error: unknown): boolean {
-  // Network errors may go away (the server is not up yet, its name not yet resolvable); a refusal or a
-  // missing permission will not.
-  if (error instanceof StoreError || error instanceof Deno.errors.NotCapable) return false;
-  if (error instanceof Deno.errors.PermissionDenied || error instanceof TypeError) return false;
-  return error instanceof Error;
 }
 
 function replyOk(frame: Frame): void {

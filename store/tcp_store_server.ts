@@ -10,7 +10,6 @@
  *
  * @module
  */
-import { StoreError } from "../core/errors.ts";
 import { checkAnswer, hmacKey } from "./_auth.ts";
 import { checkTimeout } from "./_checks.ts";
 import {
@@ -31,9 +30,9 @@ import {
   str,
   writeAll,
 } from "./_protocol.ts";
+import { Acceptor, formatAddr } from "./_acceptor.ts";
 import { KeyTable } from "./_table.ts";
 import { looksLikeTorchValidate } from "./_torch_protocol.ts";
-import { sleep } from "./_wait.ts";
 import { secretFromEnv } from "./secret.ts";
 
 /** Options of {@linkcode TcpStoreServer.listen}. */
@@ -98,30 +97,25 @@ interface Session {
  * ```
  */
 export class TcpStoreServer implements AsyncDisposable {
-  #listener: Deno.TcpListener;
+  #acceptor: Acceptor<Session>;
   #address: string;
   #key: CryptoKey | undefined;
   #maxFrameBytes: number;
   #handshakeTimeoutMs: number;
   #log: (message: string) => void;
   #table = new KeyTable();
-  #sessions = new Set<Session>();
-  #unref = false;
-  #stop = new AbortController();
-  #accepting: Promise<void>;
 
   private constructor(
-    listener: Deno.TcpListener,
+    bind: { hostname: string; port: number },
     key: CryptoKey | undefined,
     options: TcpStoreServerOptions,
   ) {
-    this.#listener = listener;
-    this.#address = formatAddr(listener.addr);
     this.#key = key;
     this.#maxFrameBytes = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
     this.#handshakeTimeoutMs = options.handshakeTimeoutMs ?? 10_000;
     this.#log = options.log ?? console.warn;
-    this.#accepting = this.#acceptLoop();
+    this.#acceptor = new Acceptor(bind, "store server", (conn) => this.#open(conn), (l) => this.#report(l));
+    this.#address = formatAddr(this.#acceptor.addr);
   }
 
   /**
@@ -154,24 +148,17 @@ export class TcpStoreServer implements AsyncDisposable {
       throw new TypeError(`Invalid log: expected a function, found ${typeof options.log}`);
     }
     const key = await hmacKey(options.secret ?? secretFromEnv());
-    let listener: Deno.TcpListener;
-    try {
-      listener = Deno.listen({ hostname, port, transport: "tcp" });
-    } catch (error) {
-      const why = error instanceof Error ? error.message : String(error);
-      throw new StoreError(`Cannot start the store server on ${hostname}:${port}: ${why}`, { cause: error });
-    }
-    return new TcpStoreServer(listener, key, options);
+    return new TcpStoreServer({ hostname, port }, key, options);
   }
 
   /** The address the server is bound to. */
   get hostname(): string {
-    return this.#listener.addr.hostname;
+    return this.#acceptor.addr.hostname;
   }
 
   /** The port the server is bound to (the one the system picked, for port 0). */
   get port(): number {
-    return this.#listener.addr.port;
+    return this.#acceptor.addr.port;
   }
 
   /** `hostname:port`, as clients and log lines name the server. */
@@ -186,7 +173,7 @@ export class TcpStoreServer implements AsyncDisposable {
 
   /** The number of connections open now, authenticated or not. */
   get connections(): number {
-    return this.#sessions.size;
+    return this.#acceptor.sessions.size;
   }
 
   /** The number of keys with at least one parked request (for tests of cleanup). */
@@ -199,16 +186,7 @@ export class TcpStoreServer implements AsyncDisposable {
    * keys are dropped. Closing twice is a no-op.
    */
   async close(): Promise<void> {
-    if (this.#stop.signal.aborted) return;
-    this.#stop.abort();
-    try {
-      this.#listener.close();
-    } catch { /* already closed */ }
-    await this.#accepting;
-    const sessions = [...this.#sessions];
-    for (const session of sessions) this.#closeConn(session);
-    await Promise.all(sessions.map((session) => session.done));
-    this.#table.clear();
+    if (await this.#acceptor.close((session) => this.#closeConn(session))) this.#table.clear();
   }
 
   /**
@@ -217,9 +195,7 @@ export class TcpStoreServer implements AsyncDisposable {
    * so a script that ends without closing its process group still ends.
    */
   unref(): void {
-    this.#unref = true;
-    this.#listener.unref();
-    for (const session of this.#sessions) session.conn.unref();
+    this.#acceptor.unref();
   }
 
   /**
@@ -228,9 +204,7 @@ export class TcpStoreServer implements AsyncDisposable {
    * decides it has nothing left to do).
    */
   ref(): void {
-    this.#unref = false;
-    this.#listener.ref();
-    for (const session of this.#sessions) session.conn.ref();
+    this.#acceptor.ref();
   }
 
   /** Same as {@linkcode TcpStoreServer.close}, for `await using`. */
@@ -238,31 +212,7 @@ export class TcpStoreServer implements AsyncDisposable {
     return this.close();
   }
 
-  async #acceptLoop(): Promise<void> {
-    while (!this.#stop.signal.aborted) {
-      let conn: Deno.TcpConn;
-      try {
-        conn = await this.#listener.accept();
-      } catch (error) {
-        if (this.#stop.signal.aborted || error instanceof Deno.errors.BadResource) return;
-        this.#report(`accept failed, retrying: ${messageOf(error)}`);
-        await sleep(100, this.#stop.signal);
-        continue;
-      }
-      if (this.#stop.signal.aborted) {
-        conn.close();
-        return;
-      }
-      this.#open(conn);
-    }
-  }
-
-  #open(conn: Deno.TcpConn): void {
-    try {
-      conn.setNoDelay(true);
-      conn.setKeepAlive(true);
-      if (this.#unref) conn.unref();
-    } catch { /* the peer already left; the read loop finds out */ }
+  #open(conn: Deno.TcpConn): Session {
     const session: Session = {
       conn,
       peer: formatAddr(conn.remoteAddr),
@@ -274,7 +224,6 @@ export class TcpStoreServer implements AsyncDisposable {
       closed: false,
       writes: Promise.resolve(),
     };
-    this.#sessions.add(session);
     if (this.#handshakeTimeoutMs <= 2 ** 31 - 1) {
       session.timer = setTimeout(() => {
         this.#refuse(session, `no authentication within ${this.#handshakeTimeoutMs} ms`);
@@ -283,6 +232,7 @@ export class TcpStoreServer implements AsyncDisposable {
     const flags = this.#key === undefined ? 0 : 1;
     this.#send(session, 0, Reply.HELLO, [{ u8: PROTOCOL_VERSION }, { u8: flags }, { raw: session.nonce }]);
     session.done = this.#serve(session);
+    return session;
   }
 
   async #serve(session: Session): Promise<void> {
@@ -326,7 +276,7 @@ export class TcpStoreServer implements AsyncDisposable {
       session.closing = true;
       await session.writes; // a refusal's reply goes out before the connection closes
       this.#closeConn(session);
-      this.#sessions.delete(session);
+      this.#acceptor.sessions.delete(session);
     }
   }
 
@@ -475,11 +425,6 @@ export class TcpStoreServer implements AsyncDisposable {
       session.conn.close();
     } catch { /* already closed */ }
   }
-}
-
-function formatAddr(addr: Deno.Addr): string {
-  if (addr.transport !== "tcp" && addr.transport !== "udp") return addr.transport;
-  return addr.hostname.includes(":") ? `[${addr.hostname}]:${addr.port}` : `${addr.hostname}:${addr.port}`;
 }
 
 function messageOf(error: unknown): string {

@@ -37,7 +37,8 @@ import {
   VALIDATION_MAGIC,
   WaitReply,
 } from "./_torch_protocol.ts";
-import { sleep, waitWithDeadline } from "./_wait.ts";
+import { retryUntil, Unreachable } from "./_retry.ts";
+import { waitWithDeadline } from "./_wait.ts";
 import type { Store, StoreOptions, StoreValue, StoreWaitOptions } from "./store.ts";
 
 /** Options of {@linkcode TorchStore.connect}. */
@@ -70,9 +71,6 @@ const VALIDATE_REPLY_MS = 5_000;
 const MAX_IDLE = 8;
 
 const encoder = new TextEncoder();
-
-/** A failure worth another connection attempt. */
-class Unreachable extends Error {}
 
 /** One connection to a torch store: its bytes, read by a loop of its own into a {@linkcode ByteQueue}. */
 class TorchConn {
@@ -648,48 +646,20 @@ export class TorchStore implements Store {
 }
 
 /** Opens a validated connection, retrying refused ones until `timeoutMs`. */
-async function openWithRetry(
+function openWithRetry(
   hostname: string,
   port: number,
   address: string,
   timeoutMs: number,
   signal: AbortSignal | undefined,
 ): Promise<TorchConn> {
-  const stop = new AbortController();
-  const onAbort = (): void => stop.abort(signal?.reason);
-  signal?.addEventListener("abort", onAbort, { once: true });
-  const timer = timeoutMs <= 2 ** 31 - 1
-    ? setTimeout(() => stop.abort(new Unreachable("deadline")), timeoutMs)
-    : undefined;
-  let lastError: unknown;
-  try {
-    for (let delay = 10; !stop.signal.aborted; delay = Math.min(delay * 2, 250)) {
-      try {
-        return await TorchConn.open(hostname, port, address, stop.signal);
-      } catch (error) {
-        if (stop.signal.aborted) break;
-        if (!isRetryable(error)) throw error;
-        lastError = error;
-      }
-      await sleep(delay, stop.signal);
-    }
-    if (signal?.aborted) throw signal.reason;
-    const last = lastError instanceof Error ? lastError.message : "none";
-    throw new TimeoutError(
+  return retryUntil((stop) => TorchConn.open(hostname, port, address, stop), {
+    timeoutMs,
+    signal,
+    timeout: (last) =>
       `Cannot connect to the torch store at ${address}: no torch TCPStore answered within ${timeoutMs} ms ` +
-        `(last error: ${last})`,
-      { cause: lastError },
-    );
-  } finally {
-    clearTimeout(timer);
-    signal?.removeEventListener("abort", onAbort);
-  }
-}
-
-function isRetryable(error: unknown): boolean {
-  if (error instanceof StoreError || error instanceof Deno.errors.NotCapable) return false;
-  if (error instanceof Deno.errors.PermissionDenied || error instanceof TypeError) return false;
-  return error instanceof Error;
+      `(last error: ${last})`,
+  });
 }
 
 function checkValue(value: StoreValue): Uint8Array {

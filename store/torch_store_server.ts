@@ -15,6 +15,7 @@
  * @module
  */
 import { StoreError } from "../core/errors.ts";
+import { Acceptor, formatAddr } from "./_acceptor.ts";
 import { KeyTable } from "./_table.ts";
 import {
   ByteQueue,
@@ -27,7 +28,6 @@ import {
   VALIDATION_MAGIC,
   WaitReply,
 } from "./_torch_protocol.ts";
-import { sleep } from "./_wait.ts";
 
 /** Options of {@linkcode TorchStoreServer.listen}. */
 export interface TorchStoreServerOptions {
@@ -75,18 +75,18 @@ const UNSUPPORTED: Readonly<Record<number, string>> = {
  * ```
  */
 export class TorchStoreServer implements AsyncDisposable {
-  #listener: Deno.TcpListener;
+  #acceptor: Acceptor<Session>;
   #log: (message: string) => void;
   #table = new KeyTable();
-  #sessions = new Set<Session>();
-  #unref = false;
-  #stop = new AbortController();
-  #accepting: Promise<void>;
 
-  private constructor(listener: Deno.TcpListener, options: TorchStoreServerOptions) {
-    this.#listener = listener;
+  private constructor(bind: { hostname: string; port: number }, options: TorchStoreServerOptions) {
     this.#log = options.log ?? console.warn;
-    this.#accepting = this.#acceptLoop();
+    this.#acceptor = new Acceptor(
+      bind,
+      "torch store server",
+      (conn) => this.#open(conn),
+      (l) => this.#report(l),
+    );
   }
 
   /**
@@ -98,6 +98,14 @@ export class TorchStoreServer implements AsyncDisposable {
    * @throws {StoreError} If the address cannot be bound; the cause says why.
    */
   static listen(options: TorchStoreServerOptions = {}): Promise<TorchStoreServer> {
+    try {
+      return Promise.resolve(TorchStoreServer.#bind(options));
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  static #bind(options: TorchStoreServerOptions): TorchStoreServer {
     const hostname = options.hostname ?? "127.0.0.1";
     const port = options.port ?? 0;
     if (typeof hostname !== "string" || hostname.length === 0) {
@@ -109,36 +117,27 @@ export class TorchStoreServer implements AsyncDisposable {
     if (options.log !== undefined && typeof options.log !== "function") {
       throw new TypeError(`Invalid log: expected a function, found ${typeof options.log}`);
     }
-    let listener: Deno.TcpListener;
-    try {
-      listener = Deno.listen({ hostname, port, transport: "tcp" });
-    } catch (error) {
-      const why = error instanceof Error ? error.message : String(error);
-      throw new StoreError(`Cannot start the torch store server on ${hostname}:${port}: ${why}`, {
-        cause: error,
-      });
-    }
-    return Promise.resolve(new TorchStoreServer(listener, options));
+    return new TorchStoreServer({ hostname, port }, options);
   }
 
   /** The address the server is bound to. */
   get hostname(): string {
-    return this.#listener.addr.hostname;
+    return this.#acceptor.addr.hostname;
   }
 
   /** The port the server is bound to. */
   get port(): number {
-    return this.#listener.addr.port;
+    return this.#acceptor.addr.port;
   }
 
   /** `hostname:port`. */
   get address(): string {
-    return formatAddr(this.#listener.addr);
+    return formatAddr(this.#acceptor.addr);
   }
 
   /** The number of connections open now. */
   get connections(): number {
-    return this.#sessions.size;
+    return this.#acceptor.sessions.size;
   }
 
   /** The number of keys with a parked WAIT (for tests of cleanup). */
@@ -148,30 +147,17 @@ export class TorchStoreServer implements AsyncDisposable {
 
   /** Stops listening and closes every connection; the keys are dropped. Closing twice is a no-op. */
   async close(): Promise<void> {
-    if (this.#stop.signal.aborted) return;
-    this.#stop.abort();
-    try {
-      this.#listener.close();
-    } catch { /* already closed */ }
-    await this.#accepting;
-    const sessions = [...this.#sessions];
-    for (const session of sessions) this.#closeConn(session);
-    await Promise.all(sessions.map((session) => session.done));
-    this.#table.clear();
+    if (await this.#acceptor.close((session) => this.#closeConn(session))) this.#table.clear();
   }
 
   /** Lets the process exit while the server idles (see `TcpStoreServer.unref`). */
   unref(): void {
-    this.#unref = true;
-    this.#listener.unref();
-    for (const session of this.#sessions) session.conn.unref();
+    this.#acceptor.unref();
   }
 
   /** Undoes {@linkcode TorchStoreServer.unref}. */
   ref(): void {
-    this.#unref = false;
-    this.#listener.ref();
-    for (const session of this.#sessions) session.conn.ref();
+    this.#acceptor.ref();
   }
 
   /** Same as {@linkcode TorchStoreServer.close}, for `await using`. */
@@ -179,37 +165,18 @@ export class TorchStoreServer implements AsyncDisposable {
     return this.close();
   }
 
-  async #acceptLoop(): Promise<void> {
-    while (!this.#stop.signal.aborted) {
-      let conn: Deno.TcpConn;
-      try {
-        conn = await this.#listener.accept();
-      } catch (error) {
-        if (this.#stop.signal.aborted || error instanceof Deno.errors.BadResource) return;
-        this.#report(`accept failed, retrying: ${messageOf(error)}`);
-        await sleep(100, this.#stop.signal);
-        continue;
-      }
-      if (this.#stop.signal.aborted) {
-        conn.close();
-        return;
-      }
-      try {
-        conn.setNoDelay(true);
-        if (this.#unref) conn.unref();
-      } catch { /* the peer already left */ }
-      const session: Session = {
-        conn,
-        peer: formatAddr(conn.remoteAddr),
-        queue: new ByteQueue(),
-        validated: false,
-        waiting: undefined,
-        closed: false,
-        writes: Promise.resolve(),
-      };
-      this.#sessions.add(session);
-      session.done = this.#serve(session);
-    }
+  #open(conn: Deno.TcpConn): Session {
+    const session: Session = {
+      conn,
+      peer: formatAddr(conn.remoteAddr),
+      queue: new ByteQueue(),
+      validated: false,
+      waiting: undefined,
+      closed: false,
+      writes: Promise.resolve(),
+    };
+    session.done = this.#serve(session);
+    return session;
   }
 
   async #serve(session: Session): Promise<void> {
@@ -246,7 +213,7 @@ export class TorchStoreServer implements AsyncDisposable {
     } finally {
       await session.writes;
       this.#closeConn(session);
-      this.#sessions.delete(session);
+      this.#acceptor.sessions.delete(session);
     }
   }
 
@@ -392,11 +359,6 @@ export class TorchStoreServer implements AsyncDisposable {
       session.conn.close();
     } catch { /* already closed */ }
   }
-}
-
-function formatAddr(addr: Deno.Addr): string {
-  if (addr.transport !== "tcp" && addr.transport !== "udp") return addr.transport;
-  return addr.hostname.includes(":") ? `[${addr.hostname}]:${addr.port}` : `${addr.hostname}:${addr.port}`;
 }
 
 function messageOf(error: unknown): string {
