@@ -7,6 +7,7 @@
 import assert from "node:assert/strict";
 import { parseLaunchArgs } from "../../cli/launch.ts";
 import { STORE_SECRET_ENV } from "../../store/secret.ts";
+import { checkResults, collectiveResults, COLLECTIVES_FIXTURE } from "../_util/collective_results.ts";
 
 const ROOT = new URL("../../", import.meta.url);
 const YAML = Deno.readTextFileSync(new URL("examples/k8s/pytorchjob.yaml", ROOT));
@@ -160,4 +161,42 @@ Deno.test("pytorchjob.yaml's script and args run on two emulated pods (no cluste
   } finally {
     Deno.removeSync(tmp, { recursive: true });
   }
+});
+
+Deno.test("with only PyTorchJob's PET_* variables (no flags, no cluster) the launcher runs the demo and every collective", async () => {
+  const { checkResults, collectiveResults, COLLECTIVES_FIXTURE } = await import(
+    "../_util/collective_results.ts"
+  );
+  const port = (() => {
+    const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+    const p = l.addr.port;
+    l.close();
+    return p;
+  })();
+  const env = {
+    NO_COLOR: "1",
+    [STORE_SECRET_ENV]: "k8s-test-secret",
+    PET_NNODES: "2",
+    PET_NPROC_PER_NODE: "2",
+    PET_MASTER_ADDR: "127.0.0.1",
+    PET_MASTER_PORT: String(port),
+  };
+  const pods = (script: string[]): Promise<string[]> =>
+    Promise.all([0, 1].map(async (node) => {
+      const out = await new Deno.Command(Deno.execPath(), {
+        args: ["run", "-A", "cli/launch.ts", ...script],
+        cwd: ROOT,
+        env: { ...env, PET_NODE_RANK: String(node) },
+        stdout: "piped",
+        stderr: "piped",
+        signal: AbortSignal.timeout(120_000),
+      }).output();
+      const text = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
+      assert.equal(out.code, 0, `pod ${node}:\n${text.slice(-3000)}`);
+      return text;
+    }));
+  const demo = await pods(["examples/train_mnist.ts", "--epochs", "1"]);
+  assert.match(demo[0], /weights after training: identical on all 4 ranks/);
+  const sweep = await pods([COLLECTIVES_FIXTURE]);
+  checkResults(collectiveResults(sweep.join("\n")), 4);
 });

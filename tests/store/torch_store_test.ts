@@ -241,6 +241,27 @@ Deno.test("TorchStore names a peer that answers torch's PING wrongly, and TorchS
   listener.close();
   await serving.catch(() => {});
 
+  // A server that closes the connection after torch's validation query, as one of another protocol
+  // version would: retried until the deadline, then named.
+  const closing = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const closer = (async () => {
+    for await (const conn of closing) {
+      await conn.read(new Uint8Array(64));
+      conn.close();
+    }
+  })();
+  await assert.rejects(
+    TorchStore.connect({ port: closing.addr.port, timeoutMs: 500 }),
+    (e: unknown) =>
+      e instanceof TimeoutError &&
+      /closed the connection after torch's validation handshake \(a torch store of another protocol version/
+        .test(
+          e.message,
+        ),
+  );
+  closing.close();
+  await closer.catch(() => {});
+
   // A client that skips VALIDATE is closed with one log line naming what it sent.
   const log: string[] = [];
   await using server = await TorchStoreServer.listen({ log: (l) => log.push(l) });
