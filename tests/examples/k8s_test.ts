@@ -164,9 +164,6 @@ Deno.test("pytorchjob.yaml's script and args run on two emulated pods (no cluste
 });
 
 Deno.test("with only PyTorchJob's PET_* variables (no flags, no cluster) the launcher runs the demo and every collective", async () => {
-  const { checkResults, collectiveResults, COLLECTIVES_FIXTURE } = await import(
-    "../_util/collective_results.ts"
-  );
   const port = (() => {
     const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
     const p = l.addr.port;
