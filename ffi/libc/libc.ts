@@ -10,12 +10,8 @@
  *
  * @module
  */
-import {
-  DistError,
-  type DistErrorOptions,
-  LibraryNotFoundError,
-  UnsupportedError,
-} from "../../core/errors.ts";
+import { DistError, type DistErrorOptions, UnsupportedError } from "../../core/errors.ts";
+import { type LibrarySpec, openLibrary } from "../locate.ts";
 
 /** The symbols bound from libc, with their C declarations. */
 export const LIBC_SYMBOLS = {
@@ -305,8 +301,13 @@ const ERRNO_NAMES: Readonly<Record<number, string>> = {
   113: "EHOSTUNREACH",
 };
 
-// Candidates in order; glibc >= 2.34 has shm_open in libc.so.6 itself.
-const LIBRARY_PATHS = ["libc.so.6"] as const;
+/** libc through the one locator: glibc >= 2.34 has shm_open in libc.so.6 itself. */
+const LIBC: LibrarySpec = {
+  name: "libc",
+  envVar: "DCOMM_LIBC_PATH",
+  sonames: ["libc.so.6"],
+  fix: "run on Linux with glibc 2.34 or newer (shm_open in libc.so.6), with --allow-ffi",
+};
 
 let library: Deno.DynamicLibrary<typeof LIBC_SYMBOLS> | undefined;
 
@@ -324,20 +325,8 @@ export function libc(): LibcSymbols {
       `Cannot bind libc: shared memory transport supports Linux only, this is ${Deno.build.os}`,
     );
   }
-  const failures: string[] = [];
-  for (const path of LIBRARY_PATHS) {
-    try {
-      library = Deno.dlopen(path, LIBC_SYMBOLS);
-      return library.symbols;
-    } catch (error) {
-      failures.push(`${path}: ${error instanceof Error ? error.message : String(error)}`);
-    }
-  }
-  throw new LibraryNotFoundError(
-    `Cannot open libc: tried ${failures.join("; ")}. The shared memory transport needs glibc 2.34 or ` +
-      `newer (shm_open in libc.so.6) and --allow-ffi`,
-    { tried: LIBRARY_PATHS },
-  );
+  library = openLibrary(LIBC, LIBC_SYMBOLS).lib;
+  return library.symbols;
 }
 
 /**
