@@ -37,7 +37,7 @@ import { isMainThread } from "node:worker_threads";
 import { DistError, TimeoutError } from "../core/errors.ts";
 import { LibcError, pollReadable, pollReadableSync, readSome, writeAll } from "../ffi/libc/libc.ts";
 import { defaultHostname } from "./env.ts";
-import { inspectFd } from "./mpi/_runtime.ts";
+import { inspectFd } from "./_pmi_socket.ts";
 
 /** Where the rendezvous store listens. */
 export interface PmiStoreAddress {

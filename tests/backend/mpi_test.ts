@@ -11,7 +11,7 @@ import assert from "node:assert/strict";
 import { init } from "../../backend/init.ts";
 import type { DType } from "../../core/dtype.ts";
 import { UnsupportedError } from "../../core/errors.ts";
-import { type FdInfo, inspectFd, pmiSocketProblem } from "../../backend/mpi/_runtime.ts";
+import { type FdInfo, inspectFd, pmiSocketProblem } from "../../backend/_pmi_socket.ts";
 import { gatedTest, hasCommand } from "../_util/skip.ts";
 import type { MpiRankResult } from "./_fixtures/mpi_rank.ts";
 
