@@ -14,7 +14,7 @@
 import { CudaError } from "../../core/errors.ts";
 import { type LibrarySpec, openLibrary } from "../locate.ts";
 import { CudaErrorCode } from "./constants.ts";
-import { field } from "../_layout.ts";
+import { Struct } from "../_struct.ts";
 import { CUDA_POINTER_ATTRIBUTES } from "./layout.ts";
 import { CUDART_SYMBOLS, type CudartSymbols } from "./symbols.ts";
 
@@ -514,14 +514,12 @@ export interface PointerAttributes {
  * @throws {CudaError} If the call fails.
  */
 export function pointerAttributes(pointer: Deno.PointerValue): PointerAttributes {
-  const bytes = new Uint8Array(CUDA_POINTER_ATTRIBUTES.size);
-  check(cudart().cudaPointerGetAttributes(bytes, pointer), "cudaPointerGetAttributes");
-  const view = new DataView(bytes.buffer);
-  const at = (name: string): number => field(CUDA_POINTER_ATTRIBUTES, name).offset;
+  const attributes = new Struct(CUDA_POINTER_ATTRIBUTES);
+  check(cudart().cudaPointerGetAttributes(attributes.bytes, pointer), "cudaPointerGetAttributes");
   return {
-    type: view.getInt32(at("type"), true),
-    device: view.getInt32(at("device"), true),
-    devicePointer: view.getBigUint64(at("devicePointer"), true),
-    hostPointer: view.getBigUint64(at("hostPointer"), true),
+    type: attributes.getInt("type"),
+    device: attributes.getInt("device"),
+    devicePointer: attributes.getBig("devicePointer"),
+    hostPointer: attributes.getBig("hostPointer"),
   };
 }

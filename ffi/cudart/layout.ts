@@ -5,17 +5,13 @@
  *
  * @module
  */
-import type { StructLayout } from "../_layout.ts";
+import { type StructLayout, structLayout } from "../_layout.ts";
 
 /** `struct cudaPointerAttributes`: type, device, devicePointer, hostPointer, `long reserved[8]`. */
-export const CUDA_POINTER_ATTRIBUTES: StructLayout = {
-  name: "cudaPointerAttributes",
-  size: 88,
-  fields: [
-    { name: "type", offset: 0, size: 4, kind: "i32" },
-    { name: "device", offset: 4, size: 4, kind: "i32" },
-    { name: "devicePointer", offset: 8, size: 8, kind: "pointer" },
-    { name: "hostPointer", offset: 16, size: 8, kind: "pointer" },
-    { name: "reserved", offset: 24, size: 64, kind: "bytes" },
-  ],
-};
+export const CUDA_POINTER_ATTRIBUTES: StructLayout<
+  "type" | "device" | "devicePointer" | "hostPointer" | "reserved"
+> = structLayout(
+  "struct cudaPointerAttributes",
+  88,
+  { type: [0, 4], device: [4, 4], devicePointer: [8, 8], hostPointer: [16, 8], reserved: [24, 64] },
+);

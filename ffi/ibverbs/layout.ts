@@ -2,8 +2,8 @@
  * Every C struct and constant of libibverbs that the binding touches, described once: a layout table
  * per struct (field → byte offset and size, keyed by the C member designator, so `"wr.rdma.rkey"` is
  * `offsetof(struct ibv_send_wr, wr.rdma.rkey)`) and one object per enum. The binding reads and writes
- * these structs only through the `Struct` views of `_struct.ts` over these tables; nothing else in the binding
- * spells an offset.
+ * these structs through the `Struct` views of `../_struct.ts` over these tables (the shape every binding's
+ * tables share, `../_layout.ts`); nothing else in the binding spells an offset.
  *
  * The values are those of rdma-core 44 on x86-64 (`/usr/include/infiniband/verbs.h`), and
  * `tests/ffi/ibverbs/layout_test.ts` proves them: it compiles a C program against the installed header
@@ -12,39 +12,13 @@
  * @module
  */
 
-/** Where one field lies in its struct. */
-export interface Field {
-  /** Byte offset from the start of the struct. */
-  readonly offset: number;
-  /** Size in bytes (an array's whole size, e.g. 16 for a GID). */
-  readonly size: number;
-}
+import { type StructLayout, structLayout } from "../_layout.ts";
 
-/** The layout of one C struct or union: its size and the fields the binding uses. */
-export interface StructLayout<K extends string = string> {
-  /** The C type, as `struct ibv_sge` or `union ibv_gid`. */
-  readonly type: string;
-  /** `sizeof` the type. */
-  readonly size: number;
-  /** Each field used, keyed by its C member designator. */
-  readonly fields: Readonly<Record<K, Field>>;
-}
-
-function layout<K extends string>(
-  type: string,
-  size: number,
-  fields: Record<K, readonly [offset: number, size: number]>,
-): StructLayout<K> {
-  const out = {} as Record<K, Field>;
-  for (const name of Object.keys(fields) as K[]) {
-    const [offset, bytes] = fields[name];
-    out[name] = Object.freeze({ offset, size: bytes });
-  }
-  return Object.freeze({ type, size, fields: Object.freeze(out) });
-}
+// The shared types, for importers of these tables.
+export type { Field, StructLayout } from "../_layout.ts";
 
 /** `union ibv_gid`: a 128-bit port address (IPv6 format; network byte order). */
-export const IBV_GID: StructLayout<"raw" | "global.subnet_prefix" | "global.interface_id"> = layout(
+export const IBV_GID: StructLayout<"raw" | "global.subnet_prefix" | "global.interface_id"> = structLayout(
   "union ibv_gid",
   16,
   { raw: [0, 16], "global.subnet_prefix": [0, 8], "global.interface_id": [8, 8] },
@@ -53,7 +27,7 @@ export const IBV_GID: StructLayout<"raw" | "global.subnet_prefix" | "global.inte
 /** `struct ibv_device`: what `ibv_get_device_list` lists (the public part). */
 export const IBV_DEVICE: StructLayout<
   "node_type" | "transport_type" | "name" | "dev_name" | "dev_path" | "ibdev_path"
-> = layout("struct ibv_device", 664, {
+> = structLayout("struct ibv_device", 664, {
   node_type: [16, 4],
   transport_type: [20, 4],
   name: [24, 64],
@@ -73,7 +47,7 @@ export const IBV_CONTEXT: StructLayout<
   | "async_fd"
   | "num_comp_vectors"
   | "abi_compat"
-> = layout("struct ibv_context", 328, {
+> = structLayout("struct ibv_context", 328, {
   device: [0, 8],
   "ops.poll_cq": [96, 8],
   "ops.req_notify_cq": [104, 8],
@@ -90,14 +64,14 @@ export const IBV_CONTEXT: StructLayout<
  * its other fields lie at negative offsets from an `ibv_context *` (`query_port` at `-(context)`, `sz` at
  * `sz - context`). New operations are prepended in newer rdma-core, which keeps those distances.
  */
-export const VERBS_CONTEXT: StructLayout<"query_port" | "sz" | "context"> = layout(
+export const VERBS_CONTEXT: StructLayout<"query_port" | "sz" | "context"> = structLayout(
   "struct verbs_context",
   648,
   { query_port: [0, 8], sz: [312, 8], context: [320, 328] },
 );
 
 /** `struct ibv_comp_channel`: a completion event channel (a file descriptor). */
-export const IBV_COMP_CHANNEL: StructLayout<"context" | "fd" | "refcnt"> = layout(
+export const IBV_COMP_CHANNEL: StructLayout<"context" | "fd" | "refcnt"> = structLayout(
   "struct ibv_comp_channel",
   16,
   { context: [0, 8], fd: [8, 4], refcnt: [12, 4] },
@@ -124,7 +98,7 @@ export const IBV_DEVICE_ATTR: StructLayout<
   | "max_qp_rd_atom"
   | "max_qp_init_rd_atom"
   | "phys_port_cnt"
-> = layout("struct ibv_device_attr", 232, {
+> = structLayout("struct ibv_device_attr", 232, {
   fw_ver: [0, 64],
   node_guid: [64, 8],
   sys_image_guid: [72, 8],
@@ -169,7 +143,7 @@ export const IBV_PORT_ATTR: StructLayout<
   | "link_layer"
   | "flags"
   | "port_cap_flags2"
-> = layout("struct ibv_port_attr", 52, {
+> = structLayout("struct ibv_port_attr", 52, {
   state: [0, 4],
   max_mtu: [4, 4],
   active_mtu: [8, 4],
@@ -192,28 +166,29 @@ export const IBV_PORT_ATTR: StructLayout<
 export const IBV_PORT_ATTR_COMPAT_BYTES = 48;
 
 /** `struct ibv_pd`: a protection domain. */
-export const IBV_PD: StructLayout<"context" | "handle"> = layout("struct ibv_pd", 16, {
+export const IBV_PD: StructLayout<"context" | "handle"> = structLayout("struct ibv_pd", 16, {
   context: [0, 8],
   handle: [8, 4],
 });
 
 /** `struct ibv_mr`: a registered memory region and its keys. */
-export const IBV_MR: StructLayout<"context" | "pd" | "addr" | "length" | "handle" | "lkey" | "rkey"> = layout(
-  "struct ibv_mr",
-  48,
-  {
-    context: [0, 8],
-    pd: [8, 8],
-    addr: [16, 8],
-    length: [24, 8],
-    handle: [32, 4],
-    lkey: [36, 4],
-    rkey: [40, 4],
-  },
-);
+export const IBV_MR: StructLayout<"context" | "pd" | "addr" | "length" | "handle" | "lkey" | "rkey"> =
+  structLayout(
+    "struct ibv_mr",
+    48,
+    {
+      context: [0, 8],
+      pd: [8, 8],
+      addr: [16, 8],
+      length: [24, 8],
+      handle: [32, 4],
+      lkey: [36, 4],
+      rkey: [40, 4],
+    },
+  );
 
 /** `struct ibv_cq`: a completion queue. */
-export const IBV_CQ: StructLayout<"context" | "channel" | "cq_context" | "handle" | "cqe"> = layout(
+export const IBV_CQ: StructLayout<"context" | "channel" | "cq_context" | "handle" | "cqe"> = structLayout(
   "struct ibv_cq",
   128,
   { context: [0, 8], channel: [8, 8], cq_context: [16, 8], handle: [24, 4], cqe: [28, 4] },
@@ -222,7 +197,7 @@ export const IBV_CQ: StructLayout<"context" | "channel" | "cq_context" | "handle
 /** `struct ibv_qp`: a queue pair. */
 export const IBV_QP: StructLayout<
   "context" | "qp_context" | "pd" | "send_cq" | "recv_cq" | "srq" | "handle" | "qp_num" | "state" | "qp_type"
-> = layout("struct ibv_qp", 160, {
+> = structLayout("struct ibv_qp", 160, {
   context: [0, 8],
   qp_context: [8, 8],
   pd: [16, 8],
@@ -248,7 +223,7 @@ export const IBV_QP_INIT_ATTR: StructLayout<
   | "cap.max_inline_data"
   | "qp_type"
   | "sq_sig_all"
-> = layout("struct ibv_qp_init_attr", 64, {
+> = structLayout("struct ibv_qp_init_attr", 64, {
   qp_context: [0, 8],
   send_cq: [8, 8],
   recv_cq: [16, 8],
@@ -293,7 +268,7 @@ export const IBV_QP_ATTR: StructLayout<
   | "timeout"
   | "retry_cnt"
   | "rnr_retry"
-> = layout("struct ibv_qp_attr", 144, {
+> = structLayout("struct ibv_qp_attr", 144, {
   qp_state: [0, 4],
   cur_qp_state: [4, 4],
   path_mtu: [8, 4],
@@ -326,7 +301,7 @@ export const IBV_QP_ATTR: StructLayout<
 });
 
 /** `struct ibv_sge`: one scatter/gather element. */
-export const IBV_SGE: StructLayout<"addr" | "length" | "lkey"> = layout("struct ibv_sge", 16, {
+export const IBV_SGE: StructLayout<"addr" | "length" | "lkey"> = structLayout("struct ibv_sge", 16, {
   addr: [0, 8],
   length: [8, 4],
   lkey: [12, 4],
@@ -343,7 +318,7 @@ export const IBV_SEND_WR: StructLayout<
   | "imm_data"
   | "wr.rdma.remote_addr"
   | "wr.rdma.rkey"
-> = layout("struct ibv_send_wr", 128, {
+> = structLayout("struct ibv_send_wr", 128, {
   wr_id: [0, 8],
   next: [8, 8],
   sg_list: [16, 8],
@@ -356,7 +331,7 @@ export const IBV_SEND_WR: StructLayout<
 });
 
 /** `struct ibv_recv_wr`: one receive work request. */
-export const IBV_RECV_WR: StructLayout<"wr_id" | "next" | "sg_list" | "num_sge"> = layout(
+export const IBV_RECV_WR: StructLayout<"wr_id" | "next" | "sg_list" | "num_sge"> = structLayout(
   "struct ibv_recv_wr",
   32,
   { wr_id: [0, 8], next: [8, 8], sg_list: [16, 8], num_sge: [24, 4] },
@@ -377,7 +352,7 @@ export const IBV_WC: StructLayout<
   | "slid"
   | "sl"
   | "dlid_path_bits"
-> = layout("struct ibv_wc", 48, {
+> = structLayout("struct ibv_wc", 48, {
   wr_id: [0, 8],
   status: [8, 4],
   opcode: [12, 4],

@@ -26,7 +26,7 @@ import {
   IBV_WC,
   VERBS_CONTEXT,
 } from "./layout.ts";
-import { readPointer, readU64 } from "./_struct.ts";
+import { readPointer, readU64 } from "../_struct.ts";
 
 /** The provider's `poll_cq`, as `UnsafeFnPointer` calls it. */
 export const POLL_CQ = {

@@ -8,7 +8,7 @@
 import { checkRc, errnoOf, ibverbs, IbverbsError } from "./ibverbs.ts";
 import { IBV_ACCESS, IBV_QP, IBV_QP_ATTR, IBV_QP_ATTR_MASK, IBV_QP_INIT_ATTR, IBV_QPS } from "./layout.ts";
 import { postRecv, postSend, type RecvRequest, type SendRequest } from "./ops.ts";
-import { Struct } from "./_struct.ts";
+import { Struct } from "../_struct.ts";
 import type { CompletionQueue } from "./verbs.ts";
 
 /** Options of {@linkcode ProtectionDomain.createQp}. */

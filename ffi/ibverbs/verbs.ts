@@ -53,7 +53,7 @@ export {
   type QueuePairOptions,
   RC_TRANSITION_MASKS,
 } from "./queue_pair.ts";
-import { Struct } from "./_struct.ts";
+import { Struct } from "../_struct.ts";
 
 /** What the device list says of one device. */
 export interface RdmaDeviceInfo {

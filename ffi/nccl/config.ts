@@ -7,43 +7,37 @@
  *
  * @module
  */
-import type { FieldLayout, StructLayout } from "../_layout.ts";
+import { fieldNames, type StructLayout, structLayout } from "../_layout.ts";
+import { Struct } from "../_struct.ts";
 import { NCCL_API_MAGIC, NCCL_CONFIG_UNDEF_INT, ncclVersionCode } from "./constants.ts";
 
-/** A field of `ncclConfig_t`, with the NCCL release that added it. */
-export interface ConfigField extends FieldLayout {
-  /** The release that added the field, e.g. `"2.17"`. */
-  readonly since: string;
-}
-
 /** The layout of `ncclConfig_t` 2.30 (96 bytes, align 8), measured against `nccl.h` 2.30.7. */
-export const NCCL_CONFIG_LAYOUT: StructLayout<ConfigField> = {
-  name: "ncclConfig_t",
-  size: 96,
-  fields: [
-    { name: "size", offset: 0, size: 8, kind: "usize", since: "2.14" },
-    { name: "magic", offset: 8, size: 4, kind: "u32", since: "2.14" },
-    { name: "version", offset: 12, size: 4, kind: "u32", since: "2.14" },
-    { name: "blocking", offset: 16, size: 4, kind: "i32", since: "2.14" },
-    { name: "cgaClusterSize", offset: 20, size: 4, kind: "i32", since: "2.17" },
-    { name: "minCTAs", offset: 24, size: 4, kind: "i32", since: "2.17" },
-    { name: "maxCTAs", offset: 28, size: 4, kind: "i32", since: "2.17" },
-    { name: "netName", offset: 32, size: 8, kind: "pointer", since: "2.17" },
-    { name: "splitShare", offset: 40, size: 4, kind: "i32", since: "2.18" },
-    { name: "trafficClass", offset: 44, size: 4, kind: "i32", since: "2.25" },
-    { name: "commName", offset: 48, size: 8, kind: "pointer", since: "2.27" },
-    { name: "collnetEnable", offset: 56, size: 4, kind: "i32", since: "2.27" },
-    { name: "CTAPolicy", offset: 60, size: 4, kind: "i32", since: "2.27" },
-    { name: "shrinkShare", offset: 64, size: 4, kind: "i32", since: "2.27" },
-    { name: "nvlsCTAs", offset: 68, size: 4, kind: "i32", since: "2.27" },
-    { name: "nChannelsPerNetPeer", offset: 72, size: 4, kind: "i32", since: "2.28" },
-    { name: "nvlinkCentricSched", offset: 76, size: 4, kind: "i32", since: "2.28" },
-    { name: "graphUsageMode", offset: 80, size: 4, kind: "i32", since: "2.29" },
-    { name: "numRmaCtx", offset: 84, size: 4, kind: "i32", since: "2.29" },
-    { name: "maxP2pPeers", offset: 88, size: 4, kind: "i32", since: "2.30" },
-    { name: "graphStreamOrdering", offset: 92, size: 4, kind: "i32", since: "2.30.5" },
-  ],
-};
+export const NCCL_CONFIG_LAYOUT: StructLayout<
+  "size" | "magic" | "version" | NcclConfigIntField | "netName" | "commName"
+> = structLayout("ncclConfig_t", 96, {
+  // Each field with the release that added it.
+  size: [0, 8, "usize"], // 2.14
+  magic: [8, 4, "u32"], // 2.14
+  version: [12, 4, "u32"], // 2.14
+  blocking: [16, 4, "i32"], // 2.14
+  cgaClusterSize: [20, 4, "i32"], // 2.17
+  minCTAs: [24, 4, "i32"], // 2.17
+  maxCTAs: [28, 4, "i32"], // 2.17
+  netName: [32, 8, "pointer"], // 2.17
+  splitShare: [40, 4, "i32"], // 2.18
+  trafficClass: [44, 4, "i32"], // 2.25
+  commName: [48, 8, "pointer"], // 2.27
+  collnetEnable: [56, 4, "i32"], // 2.27
+  CTAPolicy: [60, 4, "i32"], // 2.27
+  shrinkShare: [64, 4, "i32"], // 2.27
+  nvlsCTAs: [68, 4, "i32"], // 2.27
+  nChannelsPerNetPeer: [72, 4, "i32"], // 2.28
+  nvlinkCentricSched: [76, 4, "i32"], // 2.28
+  graphUsageMode: [80, 4, "i32"], // 2.29
+  numRmaCtx: [84, 4, "i32"], // 2.29
+  maxP2pPeers: [88, 4, "i32"], // 2.30
+  graphStreamOrdering: [92, 4, "i32"], // 2.30.5
+});
 
 /** The `version` this layout declares: `NCCL_VERSION(2,30,7)`, the header it was measured against. */
 export const NCCL_CONFIG_VERSION: number = ncclVersionCode(2, 30, 7);
@@ -110,6 +104,12 @@ export interface NcclConfig {
 
 const encoder = new TextEncoder();
 
+/** The fields a caller may set: all but the header the library reads first, in the struct's order. */
+type Settable = Exclude<keyof typeof NCCL_CONFIG_LAYOUT.fields, "size" | "magic" | "version">;
+const SETTABLE: readonly Settable[] = fieldNames(NCCL_CONFIG_LAYOUT).filter((name): name is Settable =>
+  name !== "size" && name !== "magic" && name !== "version"
+);
+
 /**
  * Builds an `ncclConfig_t`: `NCCL_CONFIG_INITIALIZER` of the 2.30 layout, then the given fields.
  *
@@ -129,56 +129,41 @@ const encoder = new TextEncoder();
  * ```
  */
 export function buildNcclConfig(options: NcclConfigOptions = {}): NcclConfig {
-  const bytes = new Uint8Array(NCCL_CONFIG_LAYOUT.size);
-  const view = new DataView(bytes.buffer);
-  const strings: Uint8Array[] = [];
   const given = options as Readonly<Record<string, unknown>>;
   for (const name of Object.keys(given)) {
-    const f = NCCL_CONFIG_LAYOUT.fields.find((x) => x.name === name);
-    if (f === undefined || f.offset < 16) {
+    if (!(SETTABLE as readonly string[]).includes(name)) {
       throw new TypeError(
-        `Unknown ncclConfig_t field: expected one of ${
-          NCCL_CONFIG_LAYOUT.fields.slice(3).map((x) => x.name).join(", ")
-        }, found ${name}`,
+        `Unknown ncclConfig_t field: expected one of ${SETTABLE.join(", ")}, found ${name}`,
       );
     }
   }
-  for (const f of NCCL_CONFIG_LAYOUT.fields) {
-    const value = given[f.name];
-    switch (f.name) {
-      case "size":
-        view.setBigUint64(f.offset, BigInt(NCCL_CONFIG_LAYOUT.size), true);
-        continue;
-      case "magic":
-        view.setUint32(f.offset, NCCL_API_MAGIC, true);
-        continue;
-      case "version":
-        view.setUint32(f.offset, NCCL_CONFIG_VERSION, true);
-        continue;
-    }
-    if (f.kind === "pointer") {
+  const config = new Struct(NCCL_CONFIG_LAYOUT)
+    .setBig("size", BigInt(NCCL_CONFIG_LAYOUT.size))
+    .set("magic", NCCL_API_MAGIC)
+    .set("version", NCCL_CONFIG_VERSION);
+  const strings: Uint8Array[] = [];
+  for (const name of SETTABLE) {
+    const value = given[name];
+    if (NCCL_CONFIG_LAYOUT.fields[name].kind === "pointer") {
       if (value === undefined) continue; // NULL
       if (typeof value !== "string") {
-        throw new TypeError(`Invalid ncclConfig_t.${f.name}: expected a string, found ${typeof value}`);
+        throw new TypeError(`Invalid ncclConfig_t.${name}: expected a string, found ${typeof value}`);
       }
       const s = new Uint8Array(encoder.encode(value).length + 1);
       encoder.encodeInto(value, s);
       strings.push(s);
-      view.setBigUint64(f.offset, Deno.UnsafePointer.value(Deno.UnsafePointer.of(s)), true);
-      continue;
+      config.setPointer(name, Deno.UnsafePointer.of(s));
+    } else if (value === undefined) {
+      config.set(name, NCCL_CONFIG_UNDEF_INT);
+    } else if (
+      typeof value === "number" && Number.isInteger(value) && value >= -(2 ** 31) && value < 2 ** 31
+    ) {
+      config.set(name, value);
+    } else {
+      throw new TypeError(`Invalid ncclConfig_t.${name}: expected a 32-bit integer, found ${String(value)}`);
     }
-    if (value === undefined) {
-      view.setInt32(f.offset, NCCL_CONFIG_UNDEF_INT, true);
-      continue;
-    }
-    if (typeof value !== "number" || !Number.isInteger(value) || value < -(2 ** 31) || value >= 2 ** 31) {
-      throw new TypeError(
-        `Invalid ncclConfig_t.${f.name}: expected a 32-bit integer, found ${String(value)}`,
-      );
-    }
-    view.setInt32(f.offset, value, true);
   }
-  return { bytes, strings };
+  return { bytes: config.bytes, strings };
 }
 
 /**
@@ -194,14 +179,16 @@ export function readNcclConfig(bytes: Uint8Array): Record<string, number | undef
       `Cannot read an ncclConfig_t: expected ${NCCL_CONFIG_LAYOUT.size} bytes, found ${bytes.length}`,
     );
   }
-  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  // A copy: the view needs an ArrayBuffer of its own, and the caller's may be shared.
+  const config = new Struct(NCCL_CONFIG_LAYOUT, bytes.slice(0, NCCL_CONFIG_LAYOUT.size).buffer);
   const out: Record<string, number | undefined> = {};
-  for (const f of NCCL_CONFIG_LAYOUT.fields) {
-    if (f.kind === "usize") out[f.name] = Number(view.getBigUint64(f.offset, true));
-    else if (f.kind === "u32") out[f.name] = view.getUint32(f.offset, true);
-    else if (f.kind === "i32") {
-      const v = view.getInt32(f.offset, true);
-      out[f.name] = v === NCCL_CONFIG_UNDEF_INT ? undefined : v;
+  for (const name of fieldNames(NCCL_CONFIG_LAYOUT)) {
+    const { kind } = NCCL_CONFIG_LAYOUT.fields[name];
+    if (kind === "usize") out[name] = Number(config.getBig(name));
+    else if (kind === "u32") out[name] = config.get(name);
+    else if (kind === "i32") {
+      const v = config.getInt(name);
+      out[name] = v === NCCL_CONFIG_UNDEF_INT ? undefined : v;
     }
   }
   return out;

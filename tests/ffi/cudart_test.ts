@@ -95,8 +95,8 @@ gatedTest("mallocDevice(0) allocates nothing and needs no driver", cudart, () =>
 
 Deno.test("CUDA_POINTER_ATTRIBUTES covers 88 bytes without gaps", () => {
   let end = 0;
-  for (const f of CUDA_POINTER_ATTRIBUTES.fields) {
-    assert.equal(f.offset, end, `${f.name} starts at ${f.offset}, expected ${end}`);
+  for (const [name, f] of Object.entries(CUDA_POINTER_ATTRIBUTES.fields)) {
+    assert.equal(f.offset, end, `${name} starts at ${f.offset}, expected ${end}`);
     end = f.offset + f.size;
   }
   assert.equal(end, CUDA_POINTER_ATTRIBUTES.size);

@@ -1,16 +1,20 @@
 /**
- * The TypeScript layout tables against the real headers: a C program generated from each table is built
- * here with gcc against `nccl.h` / `cuda_runtime_api.h` and prints `sizeof` and each field's `offsetof`
- * and size (a field the header lacks fails the build); the tables must also cover the struct without
- * gaps, so a field the table lacks shows up too. For `ncclConfig_t`, the bytes of
- * `NCCL_CONFIG_INITIALIZER` are compared with `buildNcclConfig()`'s.
+ * `ffi/_layout.ts`'s builder, and the cudart and nccl tables against the real headers: a C program
+ * generated from each table (`_layout_probe.ts`) is built here with gcc against `nccl.h` /
+ * `cuda_runtime_api.h` and prints `sizeof` and each field's `offsetof` and size (a field the header lacks
+ * fails the build); these tables must also cover the struct without gaps, since the bindings build the
+ * whole struct, so a field the table lacks shows up too. For `ncclConfig_t`, the bytes of
+ * `NCCL_CONFIG_INITIALIZER` are compared with `buildNcclConfig()`'s. (The ibverbs tables have their own
+ * probe, `ibverbs/layout_test.ts`, which lists only the fields used and checks the constants too.)
  */
 import assert from "node:assert/strict";
-import type { StructLayout } from "../../ffi/_layout.ts";
+import { fieldNames, type StructLayout, structLayout } from "../../ffi/_layout.ts";
 import { CUDA_POINTER_ATTRIBUTES } from "../../ffi/cudart/layout.ts";
 import { buildNcclConfig, NCCL_CONFIG_LAYOUT } from "../../ffi/nccl/config.ts";
 import { gatedTest, hasCommand } from "../_util/skip.ts";
 import { CUDA_INCLUDE, NCCL_INCLUDE } from "../_util/gpu.ts";
+import { differences, layoutLines, layoutStatements, probeProgram } from "./_layout_probe.ts";
+import { compile } from "./ibverbs/_cc.ts";
 
 const GCC_MISSING = hasCommand("gcc") ? undefined : "gcc not found (apt-get install gcc)";
 
@@ -23,88 +27,58 @@ const CUDA_STUBS: Record<string, string> = {
   "cuda_fp8.h": "",
 };
 
-interface Measured {
-  size: number;
-  fields: Map<string, { offset: number; size: number }>;
-  init?: Uint8Array;
-}
-
-function program(header: string, type: string, layout: StructLayout, initializer?: string): string {
-  const lines = [
-    "#include <stdio.h>",
-    "#include <stddef.h>",
-    `#include <${header}>`,
-    `#define FIELD(f) printf("field %s %zu %zu\\n", #f, offsetof(${type}, f), sizeof(((${type} *)0)->f))`,
-    "int main(void) {",
-    `  printf("size %zu\\n", sizeof(${type}));`,
-    ...layout.fields.map((f) => `  FIELD(${f.name});`),
+/** Statements printing the bytes of `initializer` as one line `init xx xx ...`. */
+function initializerStatements(type: string, initializer: string): string[] {
+  return [
+    `  ${type} init = ${initializer};`,
+    "  const unsigned char *p = (const unsigned char *)&init;",
+    '  printf("init");',
+    '  for (size_t i = 0; i < sizeof init; i++) printf(" %02x", p[i]);',
+    '  printf("\\n");',
   ];
-  if (initializer) {
-    lines.push(
-      `  ${type} init = ${initializer};`,
-      "  const unsigned char *p = (const unsigned char *)&init;",
-      '  printf("init");',
-      '  for (size_t i = 0; i < sizeof init; i++) printf(" %02x", p[i]);',
-      '  printf("\\n");',
-    );
-  }
-  lines.push("  return 0;", "}");
-  return lines.join("\n") + "\n";
 }
 
-async function measure(source: string, includes: string[]): Promise<Measured> {
-  const dir = await Deno.makeTempDir({ prefix: "dcomm-layout-" });
-  try {
-    await Deno.writeTextFile(`${dir}/layout.c`, source);
-    const build = await new Deno.Command("gcc", {
-      args: [
-        "-std=c11",
-        "-Wall",
-        "-Werror",
-        ...includes.map((i) => `-I${i}`),
-        `${dir}/layout.c`,
-        "-o",
-        `${dir}/layout`,
-      ],
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
-    if (!build.success) throw new Error(`gcc failed:\n${new TextDecoder().decode(build.stderr)}\n${source}`);
-    const run = await new Deno.Command(`${dir}/layout`, { stdout: "piped" }).output();
-    assert.ok(run.success);
-    const out: Measured = { size: -1, fields: new Map() };
-    for (const line of new TextDecoder().decode(run.stdout).trim().split("\n")) {
-      const [kind, ...rest] = line.split(" ");
-      if (kind === "size") out.size = Number(rest[0]);
-      else if (kind === "field") out.fields.set(rest[0], { offset: Number(rest[1]), size: Number(rest[2]) });
-      else if (kind === "init") out.init = new Uint8Array(rest.map((h) => parseInt(h, 16)));
-    }
-    return out;
-  } finally {
-    await Deno.remove(dir, { recursive: true });
-  }
+/** Builds and runs a probe, and returns the lines it printed. */
+async function measure(source: string, includes: readonly string[]): Promise<string[]> {
+  await using probe = await compile(source, { args: includes.map((i) => `-I${i}`) });
+  const run = await new Deno.Command(probe.path, { stdout: "piped" }).output();
+  assert.ok(run.success, `the probe exited with ${run.code}`);
+  return new TextDecoder().decode(run.stdout).trim().split("\n");
 }
 
-function compare(layout: StructLayout, measured: Measured): void {
-  const report = layout.fields.map((f) => {
-    const c = measured.fields.get(f.name);
-    return `${f.name}: TS @${f.offset}(${f.size}) C @${c?.offset}(${c?.size})`;
-  });
-  console.log(`${layout.name}: sizeof TS ${layout.size}, C ${measured.size}\n  ${report.join("\n  ")}`);
-  assert.equal(measured.size, layout.size, `sizeof ${layout.name}`);
+/** Where a table leaves a gap or overlaps: a field of the header missing from it would. */
+function gaps(layout: StructLayout): string[] {
+  const wrong: string[] = [];
   let end = 0;
-  for (const f of layout.fields) {
-    assert.deepEqual(
-      measured.fields.get(f.name),
-      { offset: f.offset, size: f.size },
-      `${layout.name}.${f.name}`,
-    );
-    // Contiguous: a field of the header missing from the table would leave a gap.
-    assert.equal(f.offset, end, `${layout.name}.${f.name} does not follow the previous field`);
-    end = f.offset + f.size;
+  for (const [name, { offset, size }] of Object.entries(layout.fields)) {
+    if (offset !== end) wrong.push(`${layout.type}.${name}: expected it at ${end}, found it at ${offset}`);
+    end = offset + size;
   }
-  assert.equal(end, layout.size, `${layout.name}'s fields end at ${end}, sizeof is ${layout.size}`);
+  if (end !== layout.size) {
+    wrong.push(`${layout.type}: expected the fields to end at ${layout.size}, found ${end}`);
+  }
+  return wrong;
 }
+
+Deno.test("structLayout() keeps the table's order and refuses fields outside the struct", () => {
+  const s = structLayout("struct s", 16, { b: [8, 8, "pointer"], a: [0, 4] });
+  assert.deepEqual(fieldNames(s), ["b", "a"]);
+  assert.deepEqual(s.fields.b, { offset: 8, size: 8, kind: "pointer" });
+  assert.deepEqual(s.fields.a, { offset: 0, size: 4 });
+  assert.ok(Object.isFrozen(s) && Object.isFrozen(s.fields) && Object.isFrozen(s.fields.a));
+  assert.throws(
+    () => structLayout("struct s", 16, { x: [12, 8] }),
+    /^RangeError: Invalid field struct s\.x: expected it to end within sizeof 16, found it ending at 20$/,
+  );
+  assert.throws(
+    () => structLayout("struct s", 16, { x: [-1, 4] }),
+    /^RangeError: Invalid field struct s\.x: expected a non-negative offset and a positive size, found offset -1, size 4$/,
+  );
+  assert.throws(
+    () => structLayout("struct s", 0, {}),
+    /^RangeError: Invalid sizeof struct s: expected a positive/,
+  );
+});
 
 gatedTest(
   "NCCL_CONFIG_LAYOUT and buildNcclConfig() match nccl.h's ncclConfig_t and NCCL_CONFIG_INITIALIZER",
@@ -119,18 +93,21 @@ gatedTest(
       }
       includes.push(stubs);
     }
-    const measured = await measure(
-      program("nccl.h", "ncclConfig_t", NCCL_CONFIG_LAYOUT, "NCCL_CONFIG_INITIALIZER"),
-      includes,
+    const source = probeProgram(["nccl.h"], [
+      ...layoutStatements([NCCL_CONFIG_LAYOUT]),
+      ...initializerStatements(NCCL_CONFIG_LAYOUT.type, "NCCL_CONFIG_INITIALIZER"),
+    ]);
+    const measured = await measure(source, includes);
+    const init = measured.pop() ?? "";
+    assert.deepEqual(differences(layoutLines([NCCL_CONFIG_LAYOUT]), measured), []);
+    assert.deepEqual(gaps(NCCL_CONFIG_LAYOUT), []);
+    assert.match(init, /^init( [0-9a-f]{2})+$/);
+    const bytes = new Uint8Array(init.split(" ").slice(1).map((h) => parseInt(h, 16)));
+    assert.deepEqual(
+      buildNcclConfig().bytes,
+      bytes,
+      "buildNcclConfig() bytes differ from NCCL_CONFIG_INITIALIZER",
     );
-    compare(NCCL_CONFIG_LAYOUT, measured);
-    const ours = buildNcclConfig().bytes;
-    console.log(
-      `NCCL_CONFIG_INITIALIZER: ${
-        [...(measured.init ?? [])].map((b) => b.toString(16).padStart(2, "0")).join(" ")
-      }`,
-    );
-    assert.deepEqual(ours, measured.init, "buildNcclConfig() bytes differ from NCCL_CONFIG_INITIALIZER");
   },
 );
 
@@ -142,10 +119,9 @@ gatedTest(
     ciCanSatisfy: GCC_MISSING !== undefined,
   },
   async () => {
-    const measured = await measure(
-      program("cuda_runtime_api.h", "struct cudaPointerAttributes", CUDA_POINTER_ATTRIBUTES),
-      [CUDA_INCLUDE as string],
-    );
-    compare(CUDA_POINTER_ATTRIBUTES, measured);
+    const source = probeProgram(["cuda_runtime_api.h"], layoutStatements([CUDA_POINTER_ATTRIBUTES]));
+    const measured = await measure(source, [CUDA_INCLUDE as string]);
+    assert.deepEqual(differences(layoutLines([CUDA_POINTER_ATTRIBUTES]), measured), []);
+    assert.deepEqual(gaps(CUDA_POINTER_ATTRIBUTES), []);
   },
 );

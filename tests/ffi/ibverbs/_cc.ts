@@ -1,6 +1,6 @@
 /**
- * Builds the C test doubles and probes of the ibverbs tests with gcc, into a temporary folder, and says
- * what is missing when they cannot be built.
+ * Builds the C test doubles and probes of the ffi tests (the ibverbs doubles, the header layout probes)
+ * with gcc, into a temporary folder, and says what is missing when they cannot be built.
  *
  * @module
  */

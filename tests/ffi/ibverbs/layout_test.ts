@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { CONSTANT_GROUPS, LAYOUTS } from "../../../ffi/ibverbs/layout.ts";
 import { gatedTest } from "../../_util/skip.ts";
+import { differences, layoutLines, layoutStatements, probeProgram } from "../_layout_probe.ts";
 import { compile, compilerMissing } from "./_cc.ts";
 
 /**
@@ -9,41 +10,18 @@ import { compile, compilerMissing } from "./_cc.ts";
  * against the installed verbs.h.
  */
 function probeSource(): string {
-  const lines: string[] = [];
-  for (const { type, fields } of LAYOUTS) {
-    lines.push(`  printf("%s sizeof %zu\\n", "${type}", sizeof(${type}));`);
-    for (const field of Object.keys(fields)) {
-      lines.push(
-        `  printf("%s .${field} %zu %zu\\n", "${type}", offsetof(${type}, ${field}), ` +
-          `sizeof(((${type} *)0)->${field}));`,
-      );
-    }
-  }
+  const constants: string[] = [];
   for (const { prefix, values } of CONSTANT_GROUPS) {
     for (const key of Object.keys(values)) {
-      lines.push(`  printf("const ${prefix}${key} %lld\\n", (long long)${prefix}${key});`);
+      constants.push(`  printf("const ${prefix}${key} %lld\\n", (long long)${prefix}${key});`);
     }
   }
-  return [
-    "#include <stddef.h>",
-    "#include <stdio.h>",
-    "#include <infiniband/verbs.h>",
-    "int main(void) {",
-    ...lines,
-    "  return 0;",
-    "}",
-  ].join("\n");
+  return probeProgram(["infiniband/verbs.h"], [...layoutStatements(LAYOUTS), ...constants]);
 }
 
 /** The same lines, from the TypeScript tables. */
 function expectedLines(): string[] {
-  const lines: string[] = [];
-  for (const { type, size, fields } of LAYOUTS) {
-    lines.push(`${type} sizeof ${size}`);
-    for (const [field, { offset, size }] of Object.entries(fields)) {
-      lines.push(`${type} .${field} ${offset} ${size}`);
-    }
-  }
+  const lines = layoutLines(LAYOUTS);
   for (const { prefix, values } of CONSTANT_GROUPS) {
     for (const [key, value] of Object.entries(values)) lines.push(`const ${prefix}${key} ${value}`);
   }
@@ -59,11 +37,7 @@ gatedTest(
     assert.ok(output.success);
     const measured = new TextDecoder().decode(output.stdout).trim().split("\n");
     const expected = expectedLines();
-    const wrong = expected.filter((line, i) => measured[i] !== line).map((line) =>
-      `TypeScript says "${line}", gcc says "${measured[expected.indexOf(line)]}"`
-    );
-    assert.deepEqual(wrong, []);
-    assert.equal(measured.length, expected.length);
+    assert.deepEqual(differences(expected, measured), []);
     // The tables are not trivially small: every struct and constant group the binding uses is there.
     assert.ok(LAYOUTS.length >= 17 && expected.length > 250, `only ${expected.length} lines compared`);
   },

@@ -38,7 +38,7 @@ import {
   RC_TRANSITION_MASKS,
   type VerbsContext,
 } from "../../../ffi/ibverbs/verbs.ts";
-import { Struct } from "../../../ffi/ibverbs/_struct.ts";
+import { Struct } from "../../../ffi/_struct.ts";
 import { gatedTest } from "../../_util/skip.ts";
 import { loadLoopback } from "./_loopback.ts";
 

@@ -1,11 +1,12 @@
 /**
- * Views of C structs through their layout tables (`layout.ts`): every read and write names a field, and
- * the field's size picks the access, so a 2-byte field is never written as 4. Structs the binding owns
- * live in ArrayBuffers; structs C owns are read through `UnsafePointerView.getArrayBuffer`.
+ * Views of C structs through their layout tables (`_layout.ts`), for every binding: every read and write
+ * names a field, and the field's size picks the access, so a 2-byte field is never written as 4. Structs
+ * the binding owns live in ArrayBuffers; structs C owns are read through `UnsafePointerView.getArrayBuffer`.
+ * Also the pointer arithmetic of structs reached from other structs.
  *
  * @module
  */
-import type { Field, StructLayout } from "./layout.ts";
+import type { Field, StructLayout } from "./_layout.ts";
 
 /** A struct in memory, read and written by field name (little-endian, except where a method says). */
 export class Struct<K extends string> {
