@@ -1,6 +1,6 @@
 /**
  * `deno task bench:breakdown`: where the time of one all-reduce goes on the cpu backend, for
- * docs/performance.md. For each size and rank count it times calls one at a time (a barrier before each)
+ * docs/benchmarks.md. For each size and rank count it times calls one at a time (a barrier before each)
  * and splits each into what the caller's thread spends inside `allReduce()` (argument checks, staging or
  * the whole call when it runs on the calling thread), the wait until the communication thread starts it,
  * the communication thread's own time (its report), and the wait from its end to the caller's `await`
