@@ -47,6 +47,53 @@ export interface WorkReport {
 }
 
 /**
+ * What a backend knows of a finished call, for {@linkcode workReport}: the report's fields, with
+ * `compression` left `undefined` for a call that compressed nothing.
+ */
+export type WorkReportInit = Omit<WorkReport, "compression"> & { readonly compression?: string | undefined };
+
+/**
+ * The report of a finished collective: every backend builds its reports here, so they all have the same
+ * fields in the same order (they cross threads and are compared whole), and a report of an uncompressed
+ * call has no `compression` key at all.
+ *
+ * @param init The collective, algorithm, transport, bytes and times.
+ * @returns The report.
+ *
+ * @example A report of an uncompressed all-reduce
+ * ```ts
+ * import { workReport } from "./work.ts";
+ * import assert from "node:assert/strict";
+ * const report = workReport({
+ *   collective: "allReduce",
+ *   algorithm: "ring",
+ *   transport: "tcp",
+ *   bytes: 1024,
+ *   bytesSent: 1536,
+ *   timeMs: 0.5,
+ *   startedAt: 1_700_000_000_000,
+ *   finishedAt: 1_700_000_000_000.5,
+ *   compression: undefined,
+ * });
+ * assert.equal(report.bytesSent, 1536);
+ * assert.equal("compression" in report, false);
+ * ```
+ */
+export function workReport(init: WorkReportInit): WorkReport {
+  const report: WorkReport = {
+    collective: init.collective,
+    algorithm: init.algorithm,
+    transport: init.transport,
+    bytes: init.bytes,
+    bytesSent: init.bytesSent,
+    timeMs: init.timeMs,
+    startedAt: init.startedAt,
+    finishedAt: init.finishedAt,
+  };
+  return init.compression === undefined ? report : { ...report, compression: init.compression };
+}
+
+/**
  * The handle of an asynchronous collective.
  *
  * @example Computing while a collective runs

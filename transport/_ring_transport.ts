@@ -30,6 +30,7 @@
  * @module
  */
 import { TransportError } from "../core/errors.ts";
+import { Grace, Lifecycle } from "./_lifecycle.ts";
 import {
   initRing,
   Ring,
@@ -65,8 +66,6 @@ export const I_SLEEPING = 32;
 export const LIVENESS_MS = 100;
 /** How long a rank may copy without yielding to its event loop. */
 const SLICE_MS = 2;
-/** How long close() lets sends under way finish before it rejects them. */
-const CLOSE_GRACE_MS = 1000;
 
 /** The shape of an inbox. */
 export interface InboxShape {
@@ -254,13 +253,10 @@ export class RingTransport implements Transport {
   readonly failed: Promise<Error>;
 
   readonly #init: RingTransportInit;
+  readonly #life: Lifecycle;
   readonly #pairs: (RingPair | undefined)[];
   readonly #own: Int32Array;
   readonly #peerWords: (Int32Array | undefined)[];
-  #resolveFailed: (error: Error) => void = () => {};
-  #failure: Error | undefined;
-  #closed: TransportError | undefined;
-  #shutdown: Promise<void> | undefined;
   /** The progress loop (the last one started). */
   #loop: Promise<void> | undefined;
   /** Whether the loop runs; cleared synchronously when it ends, so that a kick right after restarts it. */
@@ -279,7 +275,13 @@ export class RingTransport implements Transport {
     this.kind = init.kind;
     this.rank = init.rank;
     this.size = init.size;
-    this.failed = new Promise((resolve) => this.#resolveFailed = resolve);
+    this.#life = new Lifecycle({
+      name: init.kind,
+      rank: init.rank,
+      onFail: (error) => this.#onFail(error),
+      onClose: (closed) => this.#closeGracefully(closed),
+    });
+    this.failed = this.#life.failed;
     const own = init.inboxes[init.rank] as Inbox;
     this.#own = own.words;
     this.#peerWords = init.inboxes.map((inbox, peer) => peer === init.rank ? undefined : inbox?.words);
@@ -312,7 +314,7 @@ export class RingTransport implements Transport {
    * @param error Why.
    */
   abort(error: Error): void {
-    this.#fail(error);
+    this.#life.fail(error);
   }
 
   /**
@@ -321,13 +323,7 @@ export class RingTransport implements Transport {
    * the memory is freed.
    */
   close(): Promise<void> {
-    if (this.#shutdown === undefined) {
-      this.#closed = new TransportError(
-        `Cannot use the ${this.kind} transport of rank ${this.rank}: it was closed`,
-      );
-      this.#shutdown = this.#closeGracefully(this.#closed);
-    }
-    return this.#shutdown;
+    return this.#life.close();
   }
 
   /** Same as {@linkcode RingTransport.close}. */
@@ -340,17 +336,17 @@ export class RingTransport implements Transport {
    * a send, the peer's close (nobody would read it).
    */
   unusable(peer: number, sending: boolean): Error | undefined {
-    if (this.#failure !== undefined) return this.#failure;
-    if (this.#closed !== undefined) return this.#closed;
+    const settled = this.#life.unusable();
+    if (settled !== undefined) return settled;
     const pair = this.#pairs[peer] as RingPair;
     try {
       this.#checkPeer(pair);
       if (sending && pair.writer.ring.state("reader") === STATE_CLOSED) {
-        throw this.#peerClosed("send to", peer);
+        throw this.#life.peerClosed("send to", peer);
       }
     } catch (error) {
-      this.#fail(error);
-      return this.#failure;
+      this.#life.fail(error);
+      return this.#life.failure;
     }
     return undefined;
   }
@@ -362,7 +358,7 @@ export class RingTransport implements Transport {
       pair.reader.progress();
       this.#checkPeer(pair);
     } catch (error) {
-      this.#fail(error);
+      this.#life.fail(error);
       return;
     }
     if (!this.#running && !this.#stopping && this.#hasPending()) {
@@ -393,16 +389,9 @@ export class RingTransport implements Transport {
     if (outbound === STATE_ABORTED) throw pair.reader.peerAborted(pair.writer.ring.reason("reader"));
     // The state was read before the ring: whatever the peer wrote before closing is visible now.
     if (inbound === STATE_CLOSED && pair.reader.pending && !pair.reader.unread) {
-      throw this.#peerClosed("receive from", pair.peer);
+      throw this.#life.peerClosed("receive from", pair.peer);
     }
-    if (outbound === STATE_CLOSED && pair.writer.pending) throw this.#peerClosed("send to", pair.peer);
-  }
-
-  #peerClosed(what: string, peer: number): TransportError {
-    return new TransportError(
-      `Cannot ${what} rank ${peer}: it closed its transport while rank ${this.rank} still used it`,
-      { peer },
-    );
+    if (outbound === STATE_CLOSED && pair.writer.pending) throw this.#life.peerClosed("send to", pair.peer);
   }
 
   /** One pass over every pair; throws the first failure. */
@@ -469,7 +458,7 @@ export class RingTransport implements Transport {
         sliceStart = performance.now();
       }
     } catch (error) {
-      this.#fail(error);
+      this.#life.fail(error);
     } finally {
       this.#running = false;
       this.#channel?.port1.close();
@@ -494,11 +483,8 @@ export class RingTransport implements Transport {
     });
   }
 
-  #fail(thrown: unknown): void {
-    if (this.#failure !== undefined || this.#closed !== undefined) return;
-    const error = thrown instanceof Error ? thrown : new TransportError(String(thrown));
-    this.#failure = error;
-    this.#resolveFailed(error);
+  /** The first failure: the reason goes into every shared ring, and every operation rejects. */
+  #onFail(error: Error): Promise<void> {
     const reason = error.message;
     for (const pair of this.#pairs) {
       if (pair === undefined) continue;
@@ -509,16 +495,13 @@ export class RingTransport implements Transport {
       pair.reader.rejectAll(error);
       this.#ring(pair.peer);
     }
-    this.#shutdown = this.#stop();
+    return this.#stop();
   }
 
   /** Rejects receives, lets sends finish for a while, tells the peers, stops. (Failures are ignored now.) */
   async #closeGracefully(closed: TransportError): Promise<void> {
     for (const pair of this.#pairs) pair?.reader.rejectAll(closed);
-    const deadline = performance.now() + CLOSE_GRACE_MS;
-    while (this.#running && this.#hasPending() && performance.now() < deadline) {
-      await new Promise((resolve) => setTimeout(resolve, 1));
-    }
+    await new Grace().waitWhile(() => this.#running && this.#hasPending());
     for (const pair of this.#pairs) {
       if (pair === undefined) continue;
       pair.writer.rejectAll(closed);

@@ -32,7 +32,7 @@
 import type { Store } from "../store/store.ts";
 import { ShmTransport } from "./shm.ts";
 import { TcpTransport } from "./tcp.ts";
-import type { Pair, Transport } from "./transport.ts";
+import { checkRank, type Pair, type Transport } from "./transport.ts";
 
 /** How a {@linkcode HybridTransport} connects. */
 export interface HybridTransportOptions {
@@ -92,9 +92,7 @@ export class HybridTransport implements Transport {
   static async connect(store: Store, options: HybridTransportOptions): Promise<HybridTransport> {
     const { rank, hosts } = options;
     const size = hosts.length;
-    if (!Number.isInteger(rank) || rank < 0 || rank >= size) {
-      throw new RangeError(`Expected rank in 0..${size - 1}, found ${rank}`);
-    }
+    checkRank(rank, size);
     const prefix = options.prefix ?? "hybrid/";
     const members = hosts.flatMap((h, r) => (h === hosts[rank] ? [r] : []));
     const local = new Set(members);

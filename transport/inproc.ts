@@ -25,7 +25,7 @@ import {
   RingTransport,
   type Sleeper,
 } from "./_ring_transport.ts";
-import type { Pair, Transport } from "./transport.ts";
+import { checkRank, checkSize, type Pair, type Transport } from "./transport.ts";
 
 /** Options of {@linkcode createInprocMesh}. */
 export interface InprocMeshOptions {
@@ -74,7 +74,7 @@ export interface InprocMesh {
  * ```
  */
 export function createInprocMesh(size: number, options: InprocMeshOptions = {}): InprocMesh {
-  if (!Number.isInteger(size) || size < 1) throw new RangeError(`Expected size >= 1, found ${size}`);
+  checkSize(size);
   const ringBytes = checkRingBytes(options.ringBytes ?? DEFAULT_RING_BYTES);
   const inboxes = Array.from({ length: size }, (_, owner) => {
     const buffer = new SharedArrayBuffer(inboxBytes(size, ringBytes));
@@ -165,9 +165,7 @@ export class InprocTransport implements Transport {
     if (!Array.isArray(mesh.inboxes) || mesh.inboxes.length !== size) {
       throw new TypeError(`Expected a mesh from createInprocMesh() with ${size} inboxes`);
     }
-    if (!Number.isInteger(rank) || rank < 0 || rank >= size) {
-      throw new RangeError(`Expected rank in 0..${size - 1}, found ${rank}`);
-    }
+    checkRank(rank, size);
     const spinUs = options.spinUs ?? 20;
     if (!(spinUs >= 0)) throw new RangeError(`Expected spinUs >= 0, found ${spinUs}`);
     const inboxes = mesh.inboxes.map((buffer, owner) => new Inbox(buffer, { size, owner, ringBytes }));

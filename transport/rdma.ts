@@ -57,6 +57,7 @@ import { IbverbsError, wcStatusText } from "../ffi/ibverbs/ibverbs.ts";
 import { IBV_SEND, IBV_WC_STATUS, IBV_WR } from "../ffi/ibverbs/layout.ts";
 import { WorkCompletions } from "../ffi/ibverbs/ops.ts";
 import type { Store } from "../store/store.ts";
+import { Grace, Lifecycle } from "./_lifecycle.ts";
 import {
   connectRdma,
   CONTROL_BYTES,
@@ -65,7 +66,7 @@ import {
   releaseRdma,
 } from "./_rdma_connect.ts";
 import { decodeHeader, encodeHeader, FRAME_DATA, HEADER_BYTES, SENT_REASON_BYTES } from "./_tcp_wire.ts";
-import { DESC_BYTES, type Pair, pairOf, type RecvCheck, type Transport } from "./transport.ts";
+import { checkRank, DESC_BYTES, type Pair, pairOf, type RecvCheck, type Transport } from "./transport.ts";
 
 /** Options of {@linkcode RdmaTransport.connect}. */
 export interface RdmaTransportOptions {
@@ -114,8 +115,6 @@ const WR_RECV = 8;
 const WAIT_MS = 100;
 /** How long a rank may copy without yielding to its event loop. */
 const SLICE_MS = 2;
-/** How long close() and abort() wait for sends under way and for their farewells. */
-const GRACE_MS = 1000;
 /** Credits in flight per pair (each is one send request). */
 const MAX_CREDITS_IN_FLIGHT = 2;
 
@@ -158,19 +157,19 @@ interface Incoming {
 
 /** The transport as a pair sees it. */
 interface Host {
-  readonly rank: number;
+  /** The transport's state, its failure, and the errors that name peers. */
+  readonly life: Lifecycle;
   /** The error a new operation on `pair` rejects with, if any. */
   unusable(pair: RdmaPair, sending: boolean): Error | undefined;
   /** Pushes `pair`'s writes at once and wakes the loop. */
   kick(pair: RdmaPair): void;
-  /** Fails the transport. */
-  fail(error: Error): void;
 }
 
 class RdmaPair implements Pair {
   readonly peer: number;
   readonly link: PeerLink;
   readonly #host: Host;
+  readonly #life: Lifecycle;
   readonly #slots: number;
   readonly #slotBytes: number;
 
@@ -204,6 +203,7 @@ class RdmaPair implements Pair {
 
   constructor(host: Host, link: PeerLink, slots: number, slotBytes: number) {
     this.#host = host;
+    this.#life = host.life;
     this.peer = link.peer;
     this.link = link;
     this.#slots = slots;
@@ -257,7 +257,7 @@ class RdmaPair implements Pair {
 
   #takeArrived(arrived: Arrived, into: Uint8Array, check?: RecvCheck): Promise<Uint8Array> {
     try {
-      this.checkHeader(into, arrived.desc, arrived.data.length, check);
+      this.#life.checkReceive(this.peer, { into, desc: arrived.desc, bytes: arrived.data.length, check });
     } catch (error) {
       return Promise.reject(error);
     }
@@ -276,23 +276,6 @@ class RdmaPair implements Pair {
         resolve(finish());
       };
     });
-  }
-
-  /** Runs the caller's check and the length check; a throw fails the transport. */
-  checkHeader(into: Uint8Array, desc: Uint8Array, bytes: number, check?: RecvCheck): void {
-    try {
-      check?.(desc, bytes);
-      if (bytes !== into.length) {
-        throw new TransportError(
-          `Rank ${this.peer} sent a message of ${bytes} bytes but rank ${this.#host.rank} expected ${into.length}`,
-          { peer: this.peer },
-        );
-      }
-    } catch (error) {
-      const failure = error instanceof Error ? error : new TransportError(String(error), { peer: this.peer });
-      this.#host.fail(failure);
-      throw failure;
-    }
   }
 
   /** Posts `count` receive requests (each immediate the peer writes consumes one). */
@@ -433,7 +416,7 @@ class RdmaPair implements Pair {
       const reason = new TextDecoder().decode(
         this.link.ring.subarray(control, control + Math.min(low, CONTROL_BYTES)),
       );
-      return new TransportError(`Rank ${this.peer} aborted: ${reason}`, { peer: this.peer });
+      return this.#life.peerAborted(this.peer, reason);
     }
     this.peerClosed = true;
     if (this.posted.length > 0 || this.#incoming !== undefined) return this.closedError("receive from");
@@ -442,14 +425,11 @@ class RdmaPair implements Pair {
   }
 
   closedError(what: string): TransportError {
-    return new TransportError(
-      `Cannot ${what} rank ${this.peer}: it closed its transport while rank ${this.#host.rank} still used it`,
-      { peer: this.peer },
-    );
+    return this.#life.peerClosed(what, this.peer);
   }
 
   #malformed(why: string): TransportError {
-    return new TransportError(`Rank ${this.peer} sent rank ${this.#host.rank} a malformed frame: ${why}`, {
+    return new TransportError(`Rank ${this.peer} sent rank ${this.#life.rank} a malformed frame: ${why}`, {
       peer: this.peer,
     });
   }
@@ -476,10 +456,11 @@ class RdmaPair implements Pair {
       const posted = this.posted.shift();
       if (posted !== undefined) {
         try {
-          this.checkHeader(posted.into, desc, header.bytes, posted.check);
+          const { into, check } = posted;
+          this.#life.checkReceive(this.peer, { into, desc, bytes: header.bytes, check });
         } catch (error) {
           posted.reject(error);
-          return undefined; // The transport failed already (checkHeader failed it).
+          return undefined; // The transport failed already (checkReceive failed it).
         }
         incoming = { desc, bytes: header.bytes, got: 0, target: posted.into, posted };
       } else {
@@ -553,16 +534,13 @@ export class RdmaTransport implements Transport {
   /** Resolves with the error that failed the transport; never resolves if it only closes. */
   readonly failed: Promise<Error>;
 
+  readonly #life: Lifecycle;
   readonly #resources: RdmaResources;
   readonly #pairs: (RdmaPair | undefined)[];
   readonly #byQp = new Map<number, RdmaPair>();
   readonly #spinMs: number;
   readonly #heartbeatMs: number;
   readonly #wcs = new WorkCompletions(64);
-  #resolveFailed: (error: Error) => void = () => {};
-  #failure: Error | undefined;
-  #closedError: TransportError | undefined;
-  #shutdown: Promise<void> | undefined;
   #loop: Promise<void> | undefined;
   #stopping = false;
   #wake: (() => void) | undefined;
@@ -578,14 +556,20 @@ export class RdmaTransport implements Transport {
   ) {
     this.rank = rank;
     this.size = size;
+    this.#life = new Lifecycle({
+      name: "RDMA",
+      rank,
+      onFail: (error) => this.#onFail(error),
+      onClose: (closed) => this.#farewell(IMM_CLOSE, new Uint8Array(), closed),
+    });
+    this.failed = this.#life.failed;
     this.#resources = resources;
     this.device = resources.context.device.name;
     this.port = resources.port;
     const host: Host = {
-      rank,
+      life: this.#life,
       unusable: (pair, sending) => this.#unusable(pair, sending),
       kick: (pair) => this.#kick(pair),
-      fail: (error) => this.#fail(error),
     };
     this.#pairs = resources.links.map((link) =>
       link === undefined ? undefined : new RdmaPair(host, link, options.slots, options.slotBytes)
@@ -593,7 +577,6 @@ export class RdmaTransport implements Transport {
     for (const pair of this.#pairs) if (pair) this.#byQp.set(pair.link.qp.qpNum, pair);
     this.#spinMs = options.spinUs / 1000;
     this.#heartbeatMs = options.heartbeatMs;
-    this.failed = new Promise((resolve) => this.#resolveFailed = resolve);
     this.#loop = this.#run();
   }
 
@@ -614,10 +597,7 @@ export class RdmaTransport implements Transport {
    */
   static async connect(store: Store, options: RdmaTransportOptions): Promise<RdmaTransport> {
     const { rank, size } = options;
-    if (!Number.isInteger(size) || size < 1) throw new RangeError(`Expected size >= 1, found ${size}`);
-    if (!Number.isInteger(rank) || rank < 0 || rank >= size) {
-      throw new RangeError(`Expected rank in 0..${size - 1}, found ${rank}`);
-    }
+    checkRank(rank, size);
     const slots = options.slots ?? 8;
     if (!Number.isInteger(slots) || slots < 1 || slots > 4096) {
       throw new RangeError(`Expected slots in 1..4096, found ${slots}`);
@@ -668,7 +648,7 @@ export class RdmaTransport implements Transport {
    * @param error Why.
    */
   abort(error: Error): void {
-    this.#fail(error);
+    this.#life.fail(error);
   }
 
   /**
@@ -677,13 +657,7 @@ export class RdmaTransport implements Transport {
    * objects are freed. After a failure, waits until they are freed.
    */
   close(): Promise<void> {
-    if (this.#shutdown === undefined) {
-      this.#closedError = new TransportError(
-        `Cannot use the RDMA transport of rank ${this.rank}: it was closed`,
-      );
-      this.#shutdown = this.#farewell(IMM_CLOSE, new Uint8Array(), this.#closedError);
-    }
-    return this.#shutdown;
+    return this.#life.close();
   }
 
   /** Same as {@linkcode RdmaTransport.close}, for `await using`. */
@@ -693,11 +667,11 @@ export class RdmaTransport implements Transport {
 
   /** The error a new operation on `pair` rejects with, if any. */
   #unusable(pair: RdmaPair, sending: boolean): Error | undefined {
-    const settled = this.#failure ?? this.#closedError;
+    const settled = this.#life.unusable();
     if (settled !== undefined) return settled;
     if (pair.peerClosed && (sending || pair.arrived.length === 0)) {
       const error = pair.closedError(sending ? "send to" : "receive from");
-      this.#fail(error);
+      this.#life.fail(error);
       return error;
     }
     return undefined;
@@ -708,24 +682,20 @@ export class RdmaTransport implements Transport {
     try {
       pair.pushWrites();
     } catch (error) {
-      this.#fail(error);
+      this.#life.fail(error);
       return;
     }
     this.#wake?.();
   }
 
-  /** Fails the transport (see {@linkcode RdmaTransport.abort}). */
-  #fail(thrown: unknown): void {
-    if (this.#failure !== undefined || this.#closedError !== undefined) return;
-    const error = thrown instanceof Error ? thrown : new TransportError(String(thrown));
-    this.#failure = error;
-    this.#resolveFailed(error);
+  /** The first failure (see {@linkcode RdmaTransport.abort}): every operation rejects, the peers get an ABORT. */
+  #onFail(error: Error): Promise<void> {
     for (const pair of this.#pairs) pair?.rejectPending(error, true);
     const reason = new TextEncoder().encode(error.message).slice(
       0,
       Math.min(SENT_REASON_BYTES, CONTROL_BYTES),
     );
-    this.#shutdown = this.#farewell(IMM_ABORT, reason, error);
+    return this.#farewell(IMM_ABORT, reason, error);
   }
 
   /** Lets sends finish (CLOSE only), says goodbye to every peer, waits a little for it, and frees it all. */
@@ -739,13 +709,11 @@ export class RdmaTransport implements Transport {
     // A failure found while handling completions calls this from inside the loop's poll: leave that call
     // stack before polling here, or the completions being handled would be overwritten.
     await undefined;
-    const deadline = performance.now() + GRACE_MS;
+    const grace = new Grace();
+    const tick = (): Promise<void> => this.#tick();
     if (kind === IMM_CLOSE) {
-      while (
-        pairs.some((p) => p.writing && !p.peerClosed) && performance.now() < deadline && !this.#failure
-      ) {
-        await this.#tick();
-      }
+      const writing = (): boolean => pairs.some((p) => p.writing && !p.peerClosed);
+      await grace.waitWhile(() => writing() && this.#life.failure === undefined, tick);
       for (const pair of pairs) pair.rejectPending(error, true);
     }
     for (const pair of pairs) {
@@ -755,7 +723,7 @@ export class RdmaTransport implements Transport {
         // A peer that cannot be told is gone already (or this rank's device is).
       }
     }
-    while (pairs.some((p) => p.controlInFlight) && performance.now() < deadline) await this.#tick();
+    await grace.waitWhile(() => pairs.some((p) => p.controlInFlight), tick);
     this.#stopping = true;
     this.#wake?.();
     this.#onMacrotask?.();
@@ -773,7 +741,7 @@ export class RdmaTransport implements Transport {
   #tick(): Promise<void> {
     try {
       this.#pollOnce();
-      if (this.#failure === undefined) this.#pushAll();
+      if (this.#life.failure === undefined) this.#pushAll();
     } catch {
       // The loop reports verbs failures; a farewell only waits.
     }
@@ -805,12 +773,12 @@ export class RdmaTransport implements Transport {
       if (kind === WR_HEARTBEAT) pair.heartbeatInFlight = false;
       // Errors after this rank failed or closed, or from a peer that closed and is no longer needed, are
       // the expected end of the connection.
-      if (this.#failure !== undefined || this.#closedError !== undefined) return;
+      if (this.#life.state !== "open") return;
       if (pair.peerClosed) {
-        if (pair.waiting) this.#fail(pair.closedError(kind === WR_RECV ? "receive from" : "send to"));
+        if (pair.waiting) this.#life.fail(pair.closedError(kind === WR_RECV ? "receive from" : "send to"));
         return;
       }
-      this.#fail(this.#completionError(pair, kind, wc.status));
+      this.#life.fail(this.#completionError(pair, kind, wc.status));
       return;
     }
     pair.lastHeard = performance.now();
@@ -818,10 +786,10 @@ export class RdmaTransport implements Transport {
       pair.onSendDone(kind);
       return;
     }
-    if (this.#failure !== undefined) return;
+    if (this.#life.failure !== undefined) return;
     const error = pair.onReceive(wc.immData);
     if (error !== undefined) {
-      this.#fail(error);
+      this.#life.fail(error);
       return;
     }
     if (!pair.peerClosed) pair.postReceives(1);
@@ -878,11 +846,11 @@ export class RdmaTransport implements Transport {
       while (!this.#stopping) {
         const polled = this.#pollOnce();
         // (Also while closing: sends made before close() still go.)
-        const pushed = this.#failure === undefined ? this.#pushAll() : false;
+        const pushed = this.#life.failure === undefined ? this.#pushAll() : false;
         const now = performance.now();
         if (now - lastCheck >= WAIT_MS) {
           lastCheck = now;
-          if (this.#failure === undefined) this.#checkLiveness(now);
+          if (this.#life.failure === undefined) this.#checkLiveness(now);
         }
         if (polled > 0 || pushed) {
           lastWork = now;
@@ -903,7 +871,7 @@ export class RdmaTransport implements Transport {
         sliceStart = performance.now();
       }
     } catch (error) {
-      this.#fail(
+      this.#life.fail(
         error instanceof IbverbsError
           ? new TransportError(`RDMA transport of rank ${this.rank} failed: ${error.message}`, {
             cause: error,

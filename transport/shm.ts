@@ -81,7 +81,7 @@ import {
   RingTransport,
   type Sleeper,
 } from "./_ring_transport.ts";
-import type { Pair, Transport } from "./transport.ts";
+import { checkRank, type Pair, type Transport } from "./transport.ts";
 
 /** Options of {@linkcode ShmTransport.connect}. */
 export interface ShmTransportOptions {
@@ -192,6 +192,243 @@ function ranksText(ranks: readonly number[]): string {
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
+/** What the steps of {@linkcode ShmTransport.connect} share: the checked options, and what is mapped. */
+interface Connecting {
+  readonly store: Store;
+  readonly rank: number;
+  readonly size: number;
+  readonly ringBytes: number;
+  readonly timeoutMs: number;
+  readonly spinUs: number;
+  readonly prefix: string;
+  readonly layout: SegmentLayout | undefined;
+  /** The ranks this one connects to, sorted, without itself. */
+  readonly peers: readonly number[];
+  readonly deadline: number;
+  readonly pid: number;
+  /** The name of this rank's segment in `/dev/shm`. */
+  readonly name: string;
+  /** Where the segment area starts in each rank's object. */
+  readonly areaOffset: number;
+  /** Bytes of each rank's object. */
+  readonly bytes: number;
+  /** Every rank's object once mapped here, this rank's own included; a failed connect unmaps them. */
+  readonly mappings: (SharedMapping | undefined)[];
+}
+
+/** Checks `connect`'s options, fills in the defaults, and starts the clock. */
+function connecting(store: Store, options: ShmTransportOptions): Connecting {
+  const { rank, size } = options;
+  checkRank(rank, size);
+  const ringBytes = checkRingBytes(options.ringBytes ?? DEFAULT_RING_BYTES);
+  const timeoutMs = options.timeoutMs ?? 300_000;
+  if (!(timeoutMs > 0)) throw new RangeError(`Expected timeoutMs > 0, found ${timeoutMs}`);
+  const spinUs = options.spinUs ?? 20;
+  if (!(spinUs >= 0)) throw new RangeError(`Expected spinUs >= 0, found ${spinUs}`);
+  const prefix = options.prefix ?? "shm/";
+  if (typeof prefix !== "string") throw new TypeError(`Expected a string prefix, found ${typeof prefix}`);
+  const layout = options.segment === undefined ? undefined : checkSegmentLayout(options.segment);
+  const peers = options.peers === undefined
+    ? Array.from({ length: size }, (_, peer) => peer).filter((peer) => peer !== rank)
+    : [...new Set(options.peers)].filter((peer) => peer !== rank).sort((a, b) => a - b);
+  if (peers.some((peer) => !Number.isInteger(peer) || peer < 0 || peer >= size)) {
+    throw new RangeError(`Expected peers in 0..${size - 1}, found ${options.peers?.join(", ")}`);
+  }
+  if (layout !== undefined && peers.length !== size - 1) {
+    throw new RangeError("A host segment needs every rank: a shm transport with peers has none");
+  }
+  const deadline = performance.now() + timeoutMs;
+  const pid = getpid();
+  // The segment area follows the inbox, 64 KiB-aligned (wasm pages, for mapping it into wasm memory).
+  const areaOffset = Math.ceil(inboxBytes(size, ringBytes) / 65536) * 65536;
+  const bytes = layout === undefined ? inboxBytes(size, ringBytes) : areaOffset + segmentAreaBytes(layout);
+  return {
+    store,
+    rank,
+    size,
+    ringBytes,
+    timeoutMs,
+    spinUs,
+    prefix,
+    layout,
+    peers,
+    deadline,
+    pid,
+    name: `/dcomm-${pid}-${rank}-${randomHex(8)}`,
+    areaOffset,
+    bytes,
+    mappings: new Array(size).fill(undefined),
+  };
+}
+
+function shapeOf(c: Connecting, owner: number): InboxShape {
+  return { size: c.size, owner, ringBytes: c.ringBytes };
+}
+
+function unmapAll(mappings: readonly (SharedMapping | undefined)[]): void {
+  for (const mapping of mappings) if (mapping !== undefined) munmap(mapping);
+}
+
+/**
+ * Creates this rank's object in `/dev/shm` with its pages reserved, maps it, writes an empty inbox (and
+ * segment area) into it, and publishes its address.
+ */
+async function createInbox(c: Connecting): Promise<void> {
+  const { rank, layout } = c;
+  const fd = shmOpen(c.name, { create: true });
+  try {
+    ftruncate(fd, c.bytes);
+    fallocate(fd, c.bytes);
+    c.mappings[rank] = mmapShared(fd, c.bytes);
+  } finally {
+    closeFd(fd);
+  }
+  initInbox(c.mappings[rank].buffer, shapeOf(c, rank), c.pid);
+  if (layout !== undefined) {
+    initSegmentArea(c.mappings[rank].buffer, c.areaOffset, { layout, rank, size: c.size, pid: c.pid });
+  }
+  const address: InboxAddress = {
+    name: c.name,
+    size: c.size,
+    ringBytes: c.ringBytes,
+    pid: c.pid,
+    segment: layout ?? null,
+  };
+  await c.store.set(`${c.prefix}inbox/${rank}`, JSON.stringify(address));
+}
+
+/** Throws if `peer` runs with another world size, ring size or segment layout. */
+function checkAddress(c: Connecting, peer: number, theirs: InboxAddress): void {
+  const { rank, size, ringBytes } = c;
+  if (theirs.size !== size || theirs.ringBytes !== ringBytes) {
+    throw new TransportError(
+      `Rank ${peer} uses size ${theirs.size} and ringBytes ${theirs.ringBytes} but rank ${rank} uses ` +
+        `size ${size} and ringBytes ${ringBytes}`,
+      { peer },
+    );
+  }
+  const segmentText = (l: SegmentLayout | null | undefined): string =>
+    l
+      ? `${l.buffers} segment buffers of ${l.bufferBytes} bytes and a pool of ${l.poolBytes ?? 0} bytes`
+      : "no segment";
+  if (segmentText(theirs.segment) !== segmentText(c.layout)) {
+    throw new TransportError(
+      `Rank ${peer} uses ${segmentText(theirs.segment)} but rank ${rank} uses ${segmentText(c.layout)}`,
+      { peer },
+    );
+  }
+}
+
+/**
+ * Maps `peer`'s inbox once it is published, writes this rank's pid into the ring it writes there, and
+ * counts itself in; the last to attach removes the inbox's name.
+ */
+async function attachPeer(c: Connecting, peer: number): Promise<void> {
+  const value = await c.store.get(`${c.prefix}inbox/${peer}`, {
+    timeoutMs: Math.max(1, c.deadline - performance.now()),
+  });
+  const theirs = JSON.parse(new TextDecoder().decode(value)) as InboxAddress;
+  checkAddress(c, peer, theirs);
+  let fd: number;
+  try {
+    fd = shmOpen(theirs.name);
+  } catch (error) {
+    throw new TransportError(
+      `Cannot open the inbox ${theirs.name} of rank ${peer} (pid ${theirs.pid}): the segment is gone. ` +
+        `Is "${c.prefix}inbox/${peer}" left in the store by an earlier world? Give each world its own prefix`,
+      { peer, cause: error },
+    );
+  }
+  try {
+    c.mappings[peer] = mmapShared(fd, c.bytes);
+  } finally {
+    closeFd(fd);
+  }
+  const inbox = new Inbox(c.mappings[peer].buffer, shapeOf(c, peer));
+  inbox.ring(c.rank).setPid("writer", c.pid);
+  if (Atomics.add(inbox.words, I_ATTACHED, 1) + 1 === c.peers.length) shmUnlink(theirs.name);
+}
+
+/**
+ * Attaches to every peer's inbox; throws the first error that is no timeout, else one timeout naming
+ * every peer that did not show up.
+ */
+async function attachPeers(c: Connecting): Promise<void> {
+  const { peers } = c;
+  const attached = await Promise.allSettled(peers.map((peer) => attachPeer(c, peer)));
+  const failures = peers.flatMap((peer, i) => {
+    const result = attached[i];
+    return result.status === "rejected" ? [{ peer, reason: result.reason as unknown }] : [];
+  });
+  const other = failures.find((failure) => !(failure.reason instanceof TimeoutError));
+  if (other !== undefined) throw other.reason;
+  if (failures.length > 0) {
+    throw new TimeoutError(
+      `Cannot connect the shm transport of rank ${c.rank}: ${ranksText(failures.map((f) => f.peer))} did ` +
+        `not show up within ${c.timeoutMs} ms`,
+      { cause: failures[0].reason },
+    );
+  }
+}
+
+/** Waits until every peer has mapped this rank's inbox. */
+async function awaitAttached(c: Connecting): Promise<void> {
+  const own = new Inbox((c.mappings[c.rank] as SharedMapping).buffer, shapeOf(c, c.rank));
+  for (let wait = 1; Atomics.load(own.words, I_ATTACHED) < c.peers.length; wait = Math.min(wait * 2, 10)) {
+    if (performance.now() >= c.deadline) {
+      const missing = c.peers.filter((peer) => own.ring(peer).pid("writer") === 0);
+      throw new TimeoutError(
+        `Cannot connect the shm transport of rank ${c.rank}: ${ranksText(missing)} did not map its inbox ` +
+          `within ${c.timeoutMs} ms`,
+      );
+    }
+    await sleep(wait);
+  }
+}
+
+/** Maps every rank's segment area for this thread, when connect was asked for a segment. */
+function attachSegment(c: Connecting): HostSegment | undefined {
+  const { layout } = c;
+  if (layout === undefined) return undefined;
+  try {
+    return HostSegment.attach({
+      pointers: c.mappings.map((m) =>
+        Number(Deno.UnsafePointer.value((m as SharedMapping).pointer)) + c.areaOffset
+      ),
+      layout,
+      rank: c.rank,
+    });
+  } catch (error) {
+    unmapAll(c.mappings);
+    throw error;
+  }
+}
+
+/** The rings over the mapped inboxes, watching the peers' processes while it waits on them. */
+function ringTransport(c: Connecting): RingTransport {
+  const { rank, mappings } = c;
+  const inboxes = mappings.map((mapping, owner) => mapping && new Inbox(mapping.buffer, shapeOf(c, owner)));
+  // A peer in another pid namespace (a container sharing /dev/shm) has a pid that means nothing here:
+  // it would look dead at once. Every peer is alive now, so the ones whose pid is not found are those.
+  const watched = inboxes.map((inbox, peer) =>
+    peer !== rank && inbox !== undefined && processExists(inbox.ownerPid)
+  );
+  return new RingTransport({
+    kind: "shm",
+    rank,
+    size: c.size,
+    inboxes,
+    sleeper: SYS_FUTEX === undefined ? new PollSleeper() : new FutexSleeper(mappings, rank),
+    spinUs: c.spinUs,
+    liveness: (peer) => {
+      if (!watched[peer]) return undefined;
+      const peerPid = (inboxes[peer] as Inbox).ownerPid;
+      return hasExited(peerPid) ? `died (pid ${peerPid})` : undefined;
+    },
+    release: () => unmapAll(mappings),
+  });
+}
+
 /**
  * A rank's connections, through shared memory, to every other rank of a world on one host.
  *
@@ -247,169 +484,23 @@ export class ShmTransport implements Transport {
    * @throws {LibcError} If a segment cannot be created, sized or mapped (`/dev/shm` full: ENOSPC).
    */
   static async connect(store: Store, options: ShmTransportOptions): Promise<ShmTransport> {
-    const { rank, size } = options;
-    if (!Number.isInteger(size) || size < 1) throw new RangeError(`Expected size >= 1, found ${size}`);
-    if (!Number.isInteger(rank) || rank < 0 || rank >= size) {
-      throw new RangeError(`Expected rank in 0..${size - 1}, found ${rank}`);
-    }
-    const ringBytes = checkRingBytes(options.ringBytes ?? DEFAULT_RING_BYTES);
-    const timeoutMs = options.timeoutMs ?? 300_000;
-    if (!(timeoutMs > 0)) throw new RangeError(`Expected timeoutMs > 0, found ${timeoutMs}`);
-    const spinUs = options.spinUs ?? 20;
-    if (!(spinUs >= 0)) throw new RangeError(`Expected spinUs >= 0, found ${spinUs}`);
-    const prefix = options.prefix ?? "shm/";
-    if (typeof prefix !== "string") throw new TypeError(`Expected a string prefix, found ${typeof prefix}`);
-    const layout = options.segment === undefined ? undefined : checkSegmentLayout(options.segment);
-    const peers = options.peers === undefined
-      ? Array.from({ length: size }, (_, peer) => peer).filter((peer) => peer !== rank)
-      : [...new Set(options.peers)].filter((peer) => peer !== rank).sort((a, b) => a - b);
-    if (peers.some((peer) => !Number.isInteger(peer) || peer < 0 || peer >= size)) {
-      throw new RangeError(`Expected peers in 0..${size - 1}, found ${options.peers?.join(", ")}`);
-    }
-    if (layout !== undefined && peers.length !== size - 1) {
-      throw new RangeError("A host segment needs every rank: a shm transport with peers has none");
-    }
-
-    const deadline = performance.now() + timeoutMs;
-    const pid = getpid();
-    // The segment area follows the inbox, 64 KiB-aligned (wasm pages, for mapping it into wasm memory).
-    const areaOffset = Math.ceil(inboxBytes(size, ringBytes) / 65536) * 65536;
-    const bytes = layout === undefined ? inboxBytes(size, ringBytes) : areaOffset + segmentAreaBytes(layout);
-    const shape = (owner: number): InboxShape => ({ size, owner, ringBytes });
-    const name = `/dcomm-${pid}-${rank}-${randomHex(8)}`;
-    const mappings: (SharedMapping | undefined)[] = new Array(size).fill(undefined);
+    const c = connecting(store, options);
     try {
-      const fd = shmOpen(name, { create: true });
-      try {
-        ftruncate(fd, bytes);
-        fallocate(fd, bytes);
-        mappings[rank] = mmapShared(fd, bytes);
-      } finally {
-        closeFd(fd);
-      }
-      initInbox(mappings[rank].buffer, shape(rank), pid);
-      if (layout !== undefined) {
-        initSegmentArea(mappings[rank].buffer, areaOffset, { layout, rank, size, pid });
-      }
-      const address: InboxAddress = { name, size, ringBytes, pid, segment: layout ?? null };
-      await store.set(`${prefix}inbox/${rank}`, JSON.stringify(address));
-
-      const attached = await Promise.allSettled(peers.map(async (peer) => {
-        const value = await store.get(`${prefix}inbox/${peer}`, {
-          timeoutMs: Math.max(1, deadline - performance.now()),
-        });
-        const theirs = JSON.parse(new TextDecoder().decode(value)) as InboxAddress;
-        if (theirs.size !== size || theirs.ringBytes !== ringBytes) {
-          throw new TransportError(
-            `Rank ${peer} uses size ${theirs.size} and ringBytes ${theirs.ringBytes} but rank ${rank} uses ` +
-              `size ${size} and ringBytes ${ringBytes}`,
-            { peer },
-          );
-        }
-        const segmentText = (l: SegmentLayout | null | undefined): string =>
-          l
-            ? `${l.buffers} segment buffers of ${l.bufferBytes} bytes and a pool of ${l.poolBytes ?? 0} bytes`
-            : "no segment";
-        if (segmentText(theirs.segment) !== segmentText(layout)) {
-          throw new TransportError(
-            `Rank ${peer} uses ${segmentText(theirs.segment)} but rank ${rank} uses ${segmentText(layout)}`,
-            { peer },
-          );
-        }
-        let fd: number;
-        try {
-          fd = shmOpen(theirs.name);
-        } catch (error) {
-          throw new TransportError(
-            `Cannot open the inbox ${theirs.name} of rank ${peer} (pid ${theirs.pid}): the segment is gone. ` +
-              `Is "${prefix}inbox/${peer}" left in the store by an earlier world? Give each world its own prefix`,
-            { peer, cause: error },
-          );
-        }
-        try {
-          mappings[peer] = mmapShared(fd, bytes);
-        } finally {
-          closeFd(fd);
-        }
-        const inbox = new Inbox(mappings[peer].buffer, shape(peer));
-        inbox.ring(rank).setPid("writer", pid);
-        if (Atomics.add(inbox.words, I_ATTACHED, 1) + 1 === peers.length) shmUnlink(theirs.name);
-      }));
-      const failures = peers.flatMap((peer, i) => {
-        const result = attached[i];
-        return result.status === "rejected" ? [{ peer, reason: result.reason as unknown }] : [];
-      });
-      const other = failures.find((failure) => !(failure.reason instanceof TimeoutError));
-      if (other !== undefined) throw other.reason;
-      if (failures.length > 0) {
-        throw new TimeoutError(
-          `Cannot connect the shm transport of rank ${rank}: ${ranksText(failures.map((f) => f.peer))} did ` +
-            `not show up within ${timeoutMs} ms`,
-          { cause: failures[0].reason },
-        );
-      }
-
-      const own = new Inbox(mappings[rank].buffer, shape(rank));
-      for (let wait = 1; Atomics.load(own.words, I_ATTACHED) < peers.length; wait = Math.min(wait * 2, 10)) {
-        if (performance.now() >= deadline) {
-          const missing = peers.filter((peer) => own.ring(peer).pid("writer") === 0);
-          throw new TimeoutError(
-            `Cannot connect the shm transport of rank ${rank}: ${ranksText(missing)} did not map its inbox ` +
-              `within ${timeoutMs} ms`,
-          );
-        }
-        await sleep(wait);
-      }
-      shmUnlink(name);
+      await createInbox(c);
+      await attachPeers(c);
+      await awaitAttached(c);
+      shmUnlink(c.name);
     } catch (error) {
       try {
-        shmUnlink(name);
+        shmUnlink(c.name);
       } catch {
         // Best effort: the error that got us here matters more.
       }
-      for (const mapping of mappings) if (mapping !== undefined) munmap(mapping);
+      unmapAll(c.mappings);
       throw error;
     }
-
-    const maps = mappings;
-    let segment: HostSegment | undefined;
-    if (layout !== undefined) {
-      try {
-        segment = HostSegment.attach({
-          pointers: maps.map((m) =>
-            Number(Deno.UnsafePointer.value((m as SharedMapping).pointer)) + areaOffset
-          ),
-          layout,
-          rank,
-        });
-      } catch (error) {
-        for (const mapping of maps) if (mapping !== undefined) munmap(mapping);
-        throw error;
-      }
-    }
-    const inboxes = maps.map((mapping, owner) => mapping && new Inbox(mapping.buffer, shape(owner)));
-    // A peer in another pid namespace (a container sharing /dev/shm) has a pid that means nothing here:
-    // it would look dead at once. Every peer is alive now, so the ones whose pid is not found are those.
-    const watched = inboxes.map((inbox, peer) =>
-      peer !== rank && inbox !== undefined && processExists(inbox.ownerPid)
-    );
-    const core = new RingTransport({
-      kind: "shm",
-      rank,
-      size,
-      inboxes,
-      sleeper: SYS_FUTEX === undefined ? new PollSleeper() : new FutexSleeper(maps, rank),
-      spinUs,
-      liveness: (peer) => {
-        if (!watched[peer]) return undefined;
-        const peerPid = (inboxes[peer] as Inbox).ownerPid;
-        return hasExited(peerPid) ? `died (pid ${peerPid})` : undefined;
-      },
-      release: () => {
-        for (const mapping of maps) if (mapping !== undefined) munmap(mapping);
-      },
-    });
-    return new ShmTransport(core, segment);
+    const segment = attachSegment(c);
+    return new ShmTransport(ringTransport(c), segment);
   }
 
   /**

@@ -39,6 +39,7 @@
 import { TransportError } from "../core/errors.ts";
 import { copySmallBytes } from "../core/_small_bytes.ts";
 import type { Store } from "../store/store.ts";
+import { Grace, Lifecycle } from "./_lifecycle.ts";
 import { formMesh } from "./_tcp_mesh.ts";
 import {
   closeQuietly,
@@ -57,7 +58,7 @@ import {
   stripes,
   writeAll,
 } from "./_tcp_wire.ts";
-import { DESC_BYTES, type Pair, pairOf, type RecvCheck, type Transport } from "./transport.ts";
+import { checkRank, DESC_BYTES, type Pair, pairOf, type RecvCheck, type Transport } from "./transport.ts";
 
 /** Options of {@linkcode TcpTransport.connect}. */
 export interface TcpTransportOptions {
@@ -104,8 +105,6 @@ export interface TcpTransportOptions {
   prefix?: string;
 }
 
-/** How long a failing rank waits for a send under way before it gives up telling that peer why. */
-const ABORT_GRACE_MS = 1000;
 /**
  * How long a failed write waits for the reader of the same connection before it names the failure: a peer
  * that aborted wrote its reason before it closed, and that frame may still be on its way to the reader.
@@ -146,17 +145,20 @@ export class TcpTransport implements Transport {
   readonly failed: Promise<Error>;
 
   readonly #links: (TcpPair | undefined)[];
-  #failure: Error | undefined;
-  #resolveFailed: (error: Error) => void = () => {};
-  #closedError: TransportError | undefined;
-  #shutdown: Promise<void> | undefined;
+  readonly #life: Lifecycle;
   #discard: Uint8Array | undefined;
 
   private constructor(rank: number, size: number, socketsPerPeer: number, sockets: Deno.TcpConn[][]) {
     this.rank = rank;
     this.size = size;
     this.socketsPerPeer = socketsPerPeer;
-    this.failed = new Promise((resolve) => this.#resolveFailed = resolve);
+    this.#life = new Lifecycle({
+      name: "TCP",
+      rank,
+      onFail: (error) => this.#onFail(error),
+      onClose: (closed) => this.#farewell(FRAME_CLOSE, new Uint8Array(), closed),
+    });
+    this.failed = this.#life.failed;
     this.#links = sockets.map((conns, peer) =>
       peer === rank ? undefined : new TcpPair(this.#host(), peer, conns)
     );
@@ -176,10 +178,7 @@ export class TcpTransport implements Transport {
    */
   static async connect(store: Store, options: TcpTransportOptions): Promise<TcpTransport> {
     const { rank, size } = options;
-    if (!Number.isInteger(size) || size < 1) throw new RangeError(`Expected size >= 1, found ${size}`);
-    if (!Number.isInteger(rank) || rank < 0 || rank >= size) {
-      throw new RangeError(`Expected rank in 0..${size - 1}, found ${rank}`);
-    }
+    checkRank(rank, size);
     const socketsPerPeer = options.socketsPerPeer ?? 1;
     if (!Number.isInteger(socketsPerPeer) || socketsPerPeer < 1 || socketsPerPeer > 64) {
       throw new RangeError(`Expected socketsPerPeer in 1..64, found ${socketsPerPeer}`);
@@ -223,7 +222,7 @@ export class TcpTransport implements Transport {
    * @param error Why; every peer fails with `Rank <this rank> aborted: <error.message>`.
    */
   abort(error: Error): void {
-    this.#fail(error);
+    this.#life.fail(error);
   }
 
   /**
@@ -232,13 +231,7 @@ export class TcpTransport implements Transport {
    * written first (for at most a second). After a failure, waits for the sockets to be closed.
    */
   close(): Promise<void> {
-    if (this.#shutdown === undefined) {
-      this.#closedError = new TransportError(
-        `Cannot use the TCP transport of rank ${this.rank}: it was closed`,
-      );
-      this.#shutdown = this.#farewell(FRAME_CLOSE, new Uint8Array(), this.#closedError);
-    }
-    return this.#shutdown;
+    return this.#life.close();
   }
 
   /** Same as {@linkcode TcpTransport.close}, for `await using`. */
@@ -249,22 +242,17 @@ export class TcpTransport implements Transport {
   /** What the pairs may see of their transport. */
   #host(): Host {
     return {
-      rank: this.rank,
+      life: this.#life,
       socketsPerPeer: this.socketsPerPeer,
-      unusable: () => this.#failure ?? this.#closedError,
-      failure: () => this.#failure,
-      fail: (error) => this.#fail(error),
       discard: () => this.#discard ??= new Uint8Array(DISCARD_BYTES),
     };
   }
 
-  #fail(error: Error): void {
-    if (this.#failure !== undefined || this.#closedError !== undefined) return;
-    this.#failure = error;
-    this.#resolveFailed(error);
+  /** The first failure: every operation rejects now, and the peers get an ABORT with its message. */
+  #onFail(error: Error): Promise<void> {
     for (const link of this.#links) link?.rejectPending(error, true);
     const reason = new TextEncoder().encode(error.message).slice(0, SENT_REASON_BYTES);
-    this.#shutdown = this.#farewell(FRAME_ABORT, reason, error);
+    return this.#farewell(FRAME_ABORT, reason, error);
   }
 
   /** Tells every peer goodbye (ABORT or CLOSE), closes every socket and waits for the reader loops. */
@@ -272,12 +260,9 @@ export class TcpTransport implements Transport {
     const links = this.#links.filter((l): l is TcpPair => l !== undefined);
     // Receives cannot complete any more; sends under way may (a peer may still be reading them).
     for (const link of links) link.rejectPending(error, false);
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const grace = new Promise<void>((resolve) => timer = setTimeout(resolve, ABORT_GRACE_MS));
     try {
-      await Promise.race([Promise.allSettled(links.map((link) => link.sendFinal(kind, payload))), grace]);
+      await new Grace().waitFor(Promise.allSettled(links.map((link) => link.sendFinal(kind, payload))));
     } finally {
-      clearTimeout(timer);
       for (const link of links) {
         link.rejectPending(error, true);
         link.closeSockets();
@@ -289,13 +274,9 @@ export class TcpTransport implements Transport {
 
 /** The transport as a pair sees it. */
 interface Host {
-  readonly rank: number;
+  /** The transport's state, its failure, and the errors that name peers. */
+  readonly life: Lifecycle;
   readonly socketsPerPeer: number;
-  /** The error every new operation rejects with, once failed or closed. */
-  unusable(): Error | undefined;
-  /** The failure, once failed. */
-  failure(): Error | undefined;
-  fail(error: Error): void;
   /** Scratch for payloads nobody wants. */
   discard(): Uint8Array;
 }
@@ -327,6 +308,7 @@ class TcpPair implements Pair {
   done: Promise<void> = Promise.resolve();
 
   readonly #host: Host;
+  readonly #life: Lifecycle;
   readonly #conns: Deno.TcpConn[];
   #sendTail: Promise<void> = Promise.resolve();
   #posted: Posted[] = [];
@@ -350,6 +332,7 @@ class TcpPair implements Pair {
 
   constructor(host: Host, peer: number, conns: Deno.TcpConn[]) {
     this.#host = host;
+    this.#life = host.life;
     this.peer = peer;
     this.#conns = conns;
   }
@@ -362,11 +345,11 @@ class TcpPair implements Pair {
     if (desc.length !== DESC_BYTES) {
       throw new RangeError(`Expected a descriptor of ${DESC_BYTES} bytes, found ${desc.length}`);
     }
-    const unusable = this.#host.unusable();
+    const unusable = this.#life.unusable();
     if (unusable) throw unusable;
     const gone = this.#closedByPeer("send to");
     if (gone) {
-      this.#host.fail(gone);
+      this.#life.fail(gone);
       throw gone;
     }
     // Chained so that concurrent sends on one pair never interleave their bytes.
@@ -377,20 +360,20 @@ class TcpPair implements Pair {
   }
 
   recv(into: Uint8Array, check?: RecvCheck): Promise<Uint8Array> {
-    const unusable = this.#host.unusable();
+    const unusable = this.#life.unusable();
     if (unusable) return Promise.reject(unusable);
     const arrived = this.#arrived.shift();
     if (arrived !== undefined) return this.#takeArrived(arrived, into, check);
     const gone = this.#closedByPeer("receive from");
     if (gone) {
-      this.#host.fail(gone);
+      this.#life.fail(gone);
       return Promise.reject(gone);
     }
     return new Promise((resolve, reject) => this.#posted.push({ into, check, resolve, reject }));
   }
 
   async #takeArrived(arrived: Arrived, into: Uint8Array, check?: RecvCheck): Promise<Uint8Array> {
-    this.#checkHeader(into, arrived.desc, arrived.data.length, check);
+    this.#life.checkReceive(this.peer, { into, desc: arrived.desc, bytes: arrived.data.length, check });
     await this.#guard(this.#receiving, arrived.ready);
     into.set(arrived.data);
     if (this.#spare === undefined && arrived.data.buffer.byteLength <= SPARE_MAX_BYTES) {
@@ -399,29 +382,8 @@ class TcpPair implements Pair {
     return arrived.desc;
   }
 
-  /** Runs the caller's check and the length check; a throw fails the transport. */
-  #checkHeader(into: Uint8Array, desc: Uint8Array, bytes: number, check?: RecvCheck): void {
-    try {
-      check?.(desc, bytes);
-      if (bytes !== into.length) {
-        throw new TransportError(
-          `Rank ${this.peer} sent a message of ${bytes} bytes but rank ${this.#host.rank} expected ${into.length}`,
-          { peer: this.peer },
-        );
-      }
-    } catch (error) {
-      const failure = error instanceof Error ? error : new TransportError(String(error), { peer: this.peer });
-      this.#host.fail(failure);
-      throw failure;
-    }
-  }
-
   #closedByPeer(what: string): TransportError | undefined {
-    if (!this.#peerClosed) return undefined;
-    return new TransportError(
-      `Cannot ${what} rank ${this.peer}: it closed its transport while rank ${this.#host.rank} still used it`,
-      { peer: this.peer },
-    );
+    return this.#peerClosed ? this.#life.peerClosed(what, this.peer) : undefined;
   }
 
   /** Rejects every receive waiting on this pair, and with `sends` every send too. */
@@ -461,7 +423,7 @@ class TcpPair implements Pair {
   async #writeData(desc: Uint8Array, payload: Uint8Array): Promise<void> {
     // A send queued behind one that failed never starts: a frame cut in the middle cannot be resumed.
     // (Sends queued before close() still go: close() waits for them.)
-    const unusable = this.#host.failure() ?? this.#closedByPeer("send to");
+    const unusable = this.#life.failure ?? this.#closedByPeer("send to");
     if (unusable) throw unusable;
     try {
       const bytes = payload.length;
@@ -486,12 +448,7 @@ class TcpPair implements Pair {
       }));
     } catch (error) {
       // The peer's ABORT (with its reason) may be just behind this error: let the reader get to it first.
-      let timer: ReturnType<typeof setTimeout> | undefined;
-      await Promise.race([
-        this.done,
-        new Promise((resolve) => timer = setTimeout(resolve, WRITE_FAILURE_GRACE_MS)),
-      ]);
-      clearTimeout(timer);
+      await new Grace(WRITE_FAILURE_GRACE_MS).waitFor(this.done);
       throw this.#brokenStream(error, "send to");
     }
   }
@@ -517,15 +474,15 @@ class TcpPair implements Pair {
 
   /** Turns a socket error into the transport's failure (and fails the transport). */
   #brokenStream(error: unknown, what: string): Error {
-    const settled = this.#host.unusable();
+    const settled = this.#life.unusable();
     if (settled) return settled;
     const peerClosed = this.#closedByPeer(what);
     const failure = peerClosed ?? new TransportError(
-      `Rank ${this.peer} closed its connection to rank ${this.#host.rank} mid-collective` +
+      `Rank ${this.peer} closed its connection to rank ${this.#life.rank} mid-collective` +
         (error instanceof EndOfStream ? "" : ` (${error instanceof Error ? error.message : String(error)})`),
       { peer: this.peer, cause: error },
     );
-    this.#host.fail(failure);
+    this.#life.fail(failure);
     return failure;
   }
 
@@ -539,9 +496,9 @@ class TcpPair implements Pair {
         betweenFrames = false;
         const header = decodeHeader(headerBytes);
         if (typeof header === "string") {
-          this.#host.fail(
+          this.#life.fail(
             new TransportError(
-              `Rank ${this.peer} sent rank ${this.#host.rank} a malformed frame: ${header}`,
+              `Rank ${this.peer} sent rank ${this.#life.rank} a malformed frame: ${header}`,
               {
                 peer: this.peer,
               },
@@ -555,11 +512,11 @@ class TcpPair implements Pair {
           const reason = new Uint8Array(header.bytes);
           await readExact(this.#conns[0], reason);
           const message = new TextDecoder().decode(reason);
-          this.#host.fail(new TransportError(`Rank ${this.peer} aborted: ${message}`, { peer: this.peer }));
+          this.#life.fail(this.#life.peerAborted(this.peer, message));
           return; // The peer closes its sockets next; nothing more will come.
         } else {
           this.#peerClosed = true;
-          if (this.#posted.length > 0) this.#host.fail(this.#closedByPeer("receive from") as TransportError);
+          if (this.#posted.length > 0) this.#life.fail(this.#closedByPeer("receive from") as TransportError);
           return;
         }
       }
@@ -580,10 +537,11 @@ class TcpPair implements Pair {
   }
 
   async #onData(header: Header): Promise<void> {
-    const posted = this.#host.failure() === undefined ? this.#posted.shift() : undefined;
+    const posted = this.#life.failure === undefined ? this.#posted.shift() : undefined;
     if (posted !== undefined) {
       try {
-        this.#checkHeader(posted.into, header.desc, header.bytes, posted.check);
+        const { into, check } = posted;
+        this.#life.checkReceive(this.peer, { into, desc: header.desc, bytes: header.bytes, check });
       } catch (error) {
         posted.reject(error);
         await this.#readPayload(undefined, header.bytes); // The transport failed: keep the stream in step.
@@ -591,10 +549,10 @@ class TcpPair implements Pair {
       }
       const desc = copySmallBytes(header.desc, 0, DESC_BYTES);
       await this.#readPayload(posted.into, header.bytes);
-      if (this.#host.failure() === undefined) posted.resolve(desc);
+      if (this.#life.failure === undefined) posted.resolve(desc);
       return;
     }
-    if (this.#host.failure() !== undefined) return await this.#readPayload(undefined, header.bytes);
+    if (this.#life.failure !== undefined) return await this.#readPayload(undefined, header.bytes);
     // Nobody waits yet: read into the kept buffer or a fresh one, so a peer that sends before receiving
     // never blocks.
     const spare = this.#spare;
@@ -613,7 +571,7 @@ class TcpPair implements Pair {
    */
   async #readPayload(into: Uint8Array | undefined, bytes: number): Promise<void> {
     const redirect = (): Uint8Array | undefined =>
-      this.#host.failure() === undefined ? undefined : this.#host.discard();
+      this.#life.failure === undefined ? undefined : this.#host.discard();
     await Promise.all(
       stripes(bytes, this.#host.socketsPerPeer).map(([start, end], i) =>
         into === undefined

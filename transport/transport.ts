@@ -91,3 +91,28 @@ export function pairOf<P extends Pair>(
   }
   return pair;
 }
+
+/**
+ * Checks the world size a transport is asked to connect.
+ *
+ * @param size The number of ranks.
+ * @throws {RangeError} If `size` is not an integer of at least 1.
+ */
+export function checkSize(size: number): void {
+  if (!Number.isInteger(size) || size < 1) throw new RangeError(`Expected size >= 1, found ${size}`);
+}
+
+/**
+ * Checks the rank and world size a transport is asked to connect: every transport's `connect` (or
+ * `create`) starts with it, so a bad rank gets the same error from each.
+ *
+ * @param rank This rank.
+ * @param size The number of ranks.
+ * @throws {RangeError} If `size` is not an integer of at least 1, or `rank` is not one in `0..size-1`.
+ */
+export function checkRank(rank: number, size: number): void {
+  checkSize(size);
+  if (!Number.isInteger(rank) || rank < 0 || rank >= size) {
+    throw new RangeError(`Expected rank in 0..${size - 1}, found ${rank}`);
+  }
+}

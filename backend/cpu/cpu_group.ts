@@ -11,7 +11,7 @@ import { dtypeSize, type TypedArray } from "../../core/dtype.ts";
 import { DistError } from "../../core/errors.ts";
 import type { AllocOptions, GroupOptions, ProcessGroup } from "../process_group.ts";
 import { type CallRecord, compressionUnsupported, GroupFront, narrowUnsupported } from "../_front.ts";
-import { Work, type WorkReport } from "../work.ts";
+import { Work, type WorkReport, workReport } from "../work.ts";
 import type {
   Collective,
   EngineConfig,
@@ -197,7 +197,7 @@ export class EngineHandle {
     const pending = this.#pending.get(c.id);
     if (pending === undefined) return;
     this.#pending.delete(c.id);
-    pending.resolve({
+    pending.resolve(workReport({
       collective: pending.collective,
       algorithm: ALGORITHM_NAMES[c.algorithm],
       transport: this.transport,
@@ -206,8 +206,8 @@ export class EngineHandle {
       timeMs: c.timeMs,
       startedAt: c.startedAt,
       finishedAt: c.finishedAt,
-      ...(c.compression === undefined ? {} : { compression: c.compression }),
-    });
+      compression: c.compression,
+    }));
     this.#idle();
   }
 
@@ -579,7 +579,7 @@ export class CpuProcessGroup extends GroupFront {
       run = exec.begin(call);
       if (run.spin(engine.inlineSpinMs)) {
         const t1 = performance.now();
-        return new Work(Promise.resolve({
+        return new Work(Promise.resolve(workReport({
           collective: request.collective,
           algorithm: "segment",
           transport: engine.transport,
@@ -588,7 +588,7 @@ export class CpuProcessGroup extends GroupFront {
           timeMs: t1 - t0,
           startedAt,
           finishedAt: performance.timeOrigin + t1,
-        }));
+        })));
       }
     } catch (e) {
       const error = e instanceof Error ? e : new DistError(String(e));

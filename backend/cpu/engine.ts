@@ -17,7 +17,7 @@ import { ALGORITHM_NAMES, modelBytes, resolveAlgorithm, runAlgorithm } from "./_
 import { EMPTY } from "../../collectives/_layout.ts";
 import { disseminationBarrier } from "../../collectives/dissemination_barrier.ts";
 import type { Transport } from "../../transport/transport.ts";
-import type { WorkReport } from "../work.ts";
+import { type WorkReport, workReport } from "../work.ts";
 import {
   type CallDescriptor,
   decodeDescriptor,
@@ -326,7 +326,7 @@ export class Engine {
     }
     const t1 = performance.now();
     if (!p2p) group.seq++;
-    return {
+    return workReport({
       collective: op.collective,
       algorithm,
       transport: this.#transport.kind,
@@ -335,7 +335,7 @@ export class Engine {
       timeMs: t1 - t0,
       startedAt,
       finishedAt: performance.timeOrigin + t1,
-    };
+    });
   }
 
   /**
@@ -471,7 +471,7 @@ export class Engine {
       throw this.#failure ?? error;
     }
     const t1 = performance.now();
-    return {
+    return workReport({
       collective: "allReduce",
       algorithm: reports[0]?.algorithm ?? "segment",
       transport: this.#transport.kind,
@@ -481,7 +481,7 @@ export class Engine {
       startedAt,
       finishedAt: performance.timeOrigin + t1,
       compression: c.codec,
-    };
+    });
   }
 
   /**
@@ -543,7 +543,7 @@ export class Engine {
       this.#running = undefined;
     }
     const t1 = performance.now();
-    return {
+    return workReport({
       collective: op.collective,
       algorithm: "segment",
       transport: this.#transport.kind,
@@ -552,7 +552,7 @@ export class Engine {
       timeMs: t1 - t0,
       startedAt,
       finishedAt: performance.timeOrigin + t1,
-    };
+    });
   }
 
   #descriptor(op: OpRequest, group: GroupState, algorithm: string): CallDescriptor {

@@ -61,7 +61,7 @@ import { check, MpiError } from "../../ffi/mpi/mpi.ts";
 import type { FlightSpec } from "./_progress.ts";
 import { MPI_DATATYPE, type MpiRuntime } from "./_runtime.ts";
 import type { AllocOptions, GroupOptions } from "../process_group.ts";
-import { Work, type WorkReport } from "../work.ts";
+import { Work, type WorkReport, workReport } from "../work.ts";
 import { allocOrdinary, releaseOrdinary } from "../_alloc.ts";
 
 /** Elements per MPI call for the collectives that split a tensor: 2^30 keeps every count a C int. */
@@ -539,7 +539,7 @@ export class MpiProcessGroup extends GroupFront {
         }
         call.finish?.();
         const startedAt = timeOrigin() + t0;
-        return {
+        return workReport({
           collective: call.collective,
           algorithm: "mpi",
           transport: "mpi",
@@ -548,7 +548,7 @@ export class MpiProcessGroup extends GroupFront {
           timeMs,
           startedAt,
           finishedAt: startedAt + timeMs,
-        };
+        });
       },
       failed: (e: unknown): unknown => {
         this.#settled();

@@ -51,6 +51,7 @@ import {
   type GroupOptions,
   isDeviceTensor,
 } from "../process_group.ts";
+import { workReport } from "../work.ts";
 import type { Communicator } from "./_communicator.ts";
 import type { NcclRank, PendingOp } from "./_rank.ts";
 import type { StagingSlot } from "./_staging.ts";
@@ -737,14 +738,16 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
           ctx.staging.release(o.host.slot);
         }
         resolve({
-          collective,
-          algorithm: ctx.tuning.env["NCCL_ALGO"] ?? "nccl",
-          transport: "nccl",
-          bytes: operands[0]?.bytes ?? 0,
-          bytesSent: Math.round(bytesSent),
-          timeMs: gpuTimeMs,
-          startedAt,
-          finishedAt: Date.now(),
+          ...workReport({
+            collective,
+            algorithm: ctx.tuning.env["NCCL_ALGO"] ?? "nccl",
+            transport: "nccl",
+            bytes: operands[0]?.bytes ?? 0,
+            bytesSent: Math.round(bytesSent),
+            timeMs: gpuTimeMs,
+            startedAt,
+            finishedAt: Date.now(),
+          }),
           gpuTimeMs,
           dtype,
           count,
