@@ -11,7 +11,7 @@ import {
   type CompressedCall,
   type MatrixSpan,
   powerSgdSizes,
-} from "../collectives/_compressed.ts";
+} from "../collectives/compressed_context.ts";
 import type { Compression } from "./process_group.ts";
 
 /**

@@ -4,7 +4,7 @@
  * @module
  */
 /// <reference lib="deno.worker" />
-import { toWire } from "../core/_wire_error.ts";
+import { toWire } from "../core/wire_error.ts";
 import { init } from "./init.ts";
 import type { ThreadReply, ThreadStart } from "./_thread_protocol.ts";
 

@@ -3,7 +3,7 @@
  *
  * @module
  */
-import type { WireError } from "../core/_wire_error.ts";
+import type { WireError } from "../core/wire_error.ts";
 
 /** How a rank thread starts. */
 export interface ThreadStart {

@@ -25,7 +25,7 @@
  *
  * @module
  */
-import { fromWire } from "../core/_wire_error.ts";
+import { fromWire } from "../core/wire_error.ts";
 import { DistError } from "../core/errors.ts";
 import { generateSecret } from "../store/secret.ts";
 import { TcpStoreServer } from "../store/tcp_store_server.ts";

@@ -30,7 +30,7 @@ import {
   type TwoPhaseCodec,
   twoPhaseCost,
   type TwoPhaseLayout,
-} from "./_compressed.ts";
+} from "./compressed_context.ts";
 import type { CostConstants } from "../sim/cost_model.ts";
 
 /** A chunk's message: its int8 values (one byte each, `chunk` of them), then its scales. */

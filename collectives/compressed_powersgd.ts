@@ -30,7 +30,7 @@ import {
   matrixRank,
   type MatrixSpan,
   powerSgdSizes,
-} from "./_compressed.ts";
+} from "./compressed_context.ts";
 import { type CostConstants, ringAllReduceCost } from "../sim/cost_model.ts";
 
 /** Keeps a zero column of P from becoming NaN (torch's `orthogonalization_epsilon`, but never 0). */

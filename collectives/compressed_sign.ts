@@ -31,7 +31,7 @@ import {
   type TwoPhaseCodec,
   twoPhaseCost,
   type TwoPhaseLayout,
-} from "./_compressed.ts";
+} from "./compressed_context.ts";
 import type { CostConstants } from "../sim/cost_model.ts";
 
 /**

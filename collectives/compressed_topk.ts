@@ -18,7 +18,7 @@
  *
  * @module
  */
-import type { CompressedCall, CompressedContext, CompressedShape } from "./_compressed.ts";
+import type { CompressedCall, CompressedContext, CompressedShape } from "./compressed_context.ts";
 import { type CostConstants, ringAllGatherCost } from "../sim/cost_model.ts";
 
 /**

@@ -284,13 +284,13 @@ export {
   matrixRank,
   type MatrixSpan,
   powerSgdSizes,
-} from "./_compressed.ts";
+} from "./compressed_context.ts";
 export { int8AllReduce, int8AllReduceCost } from "./compressed_int8.ts";
 export { signAllReduce, signAllReduceCost } from "./compressed_sign.ts";
 export { topKAllReduce, topKAllReduceCost } from "./compressed_topk.ts";
 export { powerSgdAllReduce, powerSgdAllReduceCost } from "./compressed_powersgd.ts";
 
-import type { Codec, CompressedCall, CompressedContext } from "./_compressed.ts";
+import type { Codec, CompressedCall, CompressedContext } from "./compressed_context.ts";
 import { int8AllReduce } from "./compressed_int8.ts";
 import { signAllReduce } from "./compressed_sign.ts";
 import { topKAllReduce } from "./compressed_topk.ts";

@@ -27,7 +27,7 @@
  * @module
  */
 import { TransportError } from "../core/errors.ts";
-import { copySmallBytes, smallBytes } from "../core/_small_bytes.ts";
+import { copySmallBytes, smallBytes } from "../core/small_bytes.ts";
 import { DESC_BYTES, type RecvCheck } from "./transport.ts";
 
 /** Bytes of a ring's header; data starts here. */

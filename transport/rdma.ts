@@ -52,7 +52,7 @@
  * @module
  */
 import { TransportError } from "../core/errors.ts";
-import { copySmallBytes } from "../core/_small_bytes.ts";
+import { copySmallBytes } from "../core/small_bytes.ts";
 import { IbverbsError, wcStatusText } from "../ffi/ibverbs/ibverbs.ts";
 import { IBV_SEND, IBV_WC_STATUS, IBV_WR } from "../ffi/ibverbs/layout.ts";
 import { WorkCompletions } from "../ffi/ibverbs/ops.ts";

@@ -37,7 +37,7 @@
  * @module
  */
 import { TransportError } from "../core/errors.ts";
-import { copySmallBytes } from "../core/_small_bytes.ts";
+import { copySmallBytes } from "../core/small_bytes.ts";
 import type { Store } from "../store/store.ts";
 import { Grace, Lifecycle } from "./_lifecycle.ts";
 import { formMesh } from "./_tcp_mesh.ts";

@@ -14,7 +14,7 @@
  */
 
 import { RecordRing } from "./_record_ring.ts";
-import { type Codec, CODECS } from "../../collectives/_compressed.ts";
+import { type Codec, CODECS } from "../../collectives/compressed_context.ts";
 
 /** Records in the ring. */
 export const COMPLETION_SLOTS = 256;

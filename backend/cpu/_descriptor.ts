@@ -12,9 +12,9 @@
  */
 import { type DType, DTYPES, REDUCE_OPS, type ReduceOp } from "../../core/dtype.ts";
 import { DESC_BYTES } from "../../transport/transport.ts";
-import { smallBytes } from "../../core/_small_bytes.ts";
+import { smallBytes } from "../../core/small_bytes.ts";
 import { type Collective, COLLECTIVES } from "./_protocol.ts";
-import { CODECS } from "../../collectives/_compressed.ts";
+import { CODECS } from "../../collectives/compressed_context.ts";
 
 /** A call, as its descriptor records it. */
 export interface CallDescriptor {

@@ -136,11 +136,11 @@ export interface EngineConfig {
   segmentInlineSpinMs?: number;
 }
 
-import type { WireError } from "../../core/_wire_error.ts";
+import type { WireError } from "../../core/wire_error.ts";
 import type { StoreAddress } from "../_rendezvous.ts";
 
-/** A serialised error: its class, fields and cause survive the trip (`core/_wire_error.ts`). */
-export type { WireError } from "../../core/_wire_error.ts";
+/** A serialised error: its class, fields and cause survive the trip (`core/wire_error.ts`). */
+export type { WireError } from "../../core/wire_error.ts";
 
 /**
  * Main thread → engine. Calls (by their id), groups and close share one sequence, which the engine follows

@@ -15,7 +15,7 @@ import { Engine } from "./engine.ts";
 import { kernels } from "../../wasm/kernels.ts";
 import { Reducer } from "./_reducer.ts";
 import type { EngineConfig, FromEngine, ToEngine } from "./_protocol.ts";
-import { fromWire, toWire } from "../../core/_wire_error.ts";
+import { fromWire, toWire } from "../../core/wire_error.ts";
 import { connectTransport } from "./_connect.ts";
 import { CompletionWriter } from "./_completions.ts";
 import { decodeRequest, InOrder, RequestReader } from "./_requests.ts";

@@ -32,7 +32,7 @@ import { ALGORITHM_NAMES, checkAlgorithm } from "./_dispatch.ts";
 import { type Completion, completionBuffer, CompletionReader } from "./_completions.ts";
 import { encodeRequest, requestBuffer, RequestWriter } from "./_requests.ts";
 import { nodeWorkerUrl } from "./_worker_url.ts";
-import { fromWire, toWire } from "../../core/_wire_error.ts";
+import { fromWire, toWire } from "../../core/wire_error.ts";
 
 /**
  * The main thread's handle on the communication Worker; shared by the world and its sub-groups. The

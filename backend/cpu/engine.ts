@@ -14,7 +14,6 @@ import { dtypeSize, type ReduceOp } from "../../core/dtype.ts";
 import { DistError, MismatchError, TimeoutError } from "../../core/errors.ts";
 import type { CollectiveContext, Comm } from "../../collectives/comm.ts";
 import { ALGORITHM_NAMES, modelBytes, resolveAlgorithm, runAlgorithm } from "./_dispatch.ts";
-import { EMPTY } from "../../collectives/_layout.ts";
 import { disseminationBarrier } from "../../collectives/dissemination_barrier.ts";
 import type { Transport } from "../../transport/transport.ts";
 import { type WorkReport, workReport } from "../work.ts";
@@ -26,12 +25,20 @@ import {
   sameDescriptor,
 } from "./_descriptor.ts";
 import type { CompressionRequest, OpRequest, PointerRegion, Region } from "./_protocol.ts";
-import { type CodecKernels, CODECS, type CompressedContext, floats } from "../../collectives/_compressed.ts";
+import {
+  type CodecKernels,
+  CODECS,
+  type CompressedContext,
+  floats,
+} from "../../collectives/compressed_context.ts";
 import { COMPRESSED_ALL_REDUCE } from "../../collectives/mod.ts";
 import { compressionKernels } from "../../wasm/compress.ts";
 import { kernels as loadKernels } from "../../wasm/kernels.ts";
 import type { Reducer } from "./_reducer.ts";
 import { segmentBytesPosted, segmentCallOf, SegmentExecutor, segmentUnavailable } from "./_segment_exec.ts";
+
+/** The view of an empty range (shared: nothing can be written through it). */
+const EMPTY = new Uint8Array(0);
 
 /** A group as the engine knows it. */
 interface GroupState {

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { copySmallBytes, smallBytes } from "../../core/_small_bytes.ts";
+import { copySmallBytes, smallBytes } from "../../core/small_bytes.ts";
 
 Deno.test("smallBytes() hands out zeroed, 8-byte aligned views that never overlap, across slabs", () => {
   const seen: Uint8Array[] = [];

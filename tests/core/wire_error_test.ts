@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { fromWire, toWire, WIRE_ERROR_CLASSES } from "../../core/_wire_error.ts";
+import { fromWire, toWire, WIRE_ERROR_CLASSES } from "../../core/wire_error.ts";
 import {
   CudaError,
   DistError,

@@ -13,7 +13,7 @@
  *
  * @example Across a worker boundary
  * ```ts
- * import { fromWire, toWire } from "./_wire_error.ts";
+ * import { fromWire, toWire } from "./wire_error.ts";
  * import { MismatchError } from "./errors.ts";
  * const wire = structuredClone(toWire(new MismatchError("Rank 1 called broadcast")));
  * const back = fromWire(wire);
