@@ -56,7 +56,10 @@ function moduleGraph(): Edge[] {
   const root = Deno.makeTempFileSync({ suffix: ".ts" });
   try {
     // Type-only roots are enough: deno info resolves every specifier without running anything.
-    Deno.writeTextFileSync(root, files.map((f) => `import type {} from "${new URL(f, ROOT).href}";`).join("\n"));
+    Deno.writeTextFileSync(
+      root,
+      files.map((f) => `import type {} from "${new URL(f, ROOT).href}";`).join("\n"),
+    );
     const out = new Deno.Command(Deno.execPath(), {
       args: ["info", "--json", root],
       cwd: ROOT,
@@ -65,7 +68,10 @@ function moduleGraph(): Edge[] {
     }).outputSync();
     assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
     const info = JSON.parse(new TextDecoder().decode(out.stdout)) as {
-      modules: { specifier: string; dependencies?: { code?: { specifier: string }; type?: { specifier: string } }[] }[];
+      modules: {
+        specifier: string;
+        dependencies?: { code?: { specifier: string }; type?: { specifier: string } }[];
+      }[];
     };
     const rel = (specifier: string): string | undefined =>
       specifier.startsWith(ROOT.href) ? decodeURIComponent(specifier.slice(ROOT.href.length)) : undefined;
@@ -164,7 +170,9 @@ Deno.test("only ffi/locate.ts opens native libraries", () => {
   for (const file of sourceFiles()) {
     if (layer(file) === "tests") continue;
     // Code, not comments: a call `Deno.dlopen(` outside a doc comment's line.
-    const code = Deno.readTextFileSync(new URL(file, ROOT)).split("\n").filter((l) => !/^\s*(\*|\/\/)/.test(l));
+    const code = Deno.readTextFileSync(new URL(file, ROOT)).split("\n").filter((l) =>
+      !/^\s*(\*|\/\/)/.test(l)
+    );
     if (code.some((l) => /\bDeno\.dlopen\s*\(/.test(l))) openers.push(file);
   }
   assert.deepEqual(openers.filter((f) => !f.startsWith("bench/")), ["ffi/locate.ts"]);
