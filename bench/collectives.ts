@@ -1,39 +1,49 @@
 /**
- * `deno task bench:collectives`: nccl-tests for dcomm. The same flags (`-b -e -f -n -w -c -o -d`, plus
- * `--backend --collective --algorithm --transport --ranks --root`), the same table
- * (`size count type redop root | time algbw busbw #wrong`), correctness checked on every run, and a
- * non-zero exit on any wrong element. Writes `bench/results/collectives-<backend>.json`.
+ * `deno task bench:collectives`: nccl-tests for dcomm. The same flags (`-b -e -f -n -w -c -o -d -r`, plus
+ * `--backend --collective --algorithm --transport --ranks --rounds --pool`), the same table
+ * (`size count type redop root | time algbw busbw #wrong`), the same timing (the input written once per
+ * size, `-w` untimed calls, then `-n` calls timed back to back, each awaited: nothing else in the timed
+ * loop), correctness checked on every run (`_harness.ts` says how), and a non-zero exit on any wrong
+ * element. The harness is `_harness.ts` (one descriptor per collective in `_descriptors.ts`, one row and
+ * table in `_rows.ts`). Before the first size, `--jit-warmup` (3000) calls of a 1 KiB collective and a third
+ * as many of 256 KiB take the JIT to its optimising tier, and a first size up to 1 MiB gets 200 more untimed
+ * calls, as in `bench/mpi.ts`. Writes `bench/results/collectives-<backend>.json`.
  *
  * ```sh
  * deno task bench:collectives -b 1K -e 64M -f 4 --ranks 4 --transport shm
  * deno task bench:collectives --collective allGather --algorithm recursive-doubling --ranks 8
  * deno task bench:collectives --backend mpi --ranks 2 -b 1K -e 32M -f 8   # bench/mpi.ts, against C
+ * deno task bench:collectives --backend mpi --ranks 2 --collective allToAll   # under mpiexec
  * deno task bench:collectives --ranks 2 -b 8 -e 256M -f 4 -d float --peer mpi,gloo
  * ```
  *
- * `--peer mpi` measures the cpu backend against MPICH in one invocation (`bench/mpi.ts --backend cpu`:
- * the ranks under mpiexec, the C program's `MPI_Allreduce` loop in the same processes round by round,
- * and the C program alone); `--peer gloo` runs PyTorch's Gloo on the same sizes and ranks afterwards;
- * both together end with one table of all three; `--pool` gives dcomm's ranks tensors from `pg.alloc()`
- * (the host segment's pool, all-reduced in place). `-d` takes dcomm's dtype names and nccl-tests' (`float`,
- * `half`, `double`, `bfloat16`, `int8`, `uint8`, `int32`, `uint32`, `int64`, `uint64`).
+ * `--backend mpi` runs the mpi backend under `mpiexec -n <--ranks>`: for all-reduce of float32 sums through
+ * `bench/mpi.ts`, beside MPICH's own `MPI_Allreduce` from C; any other collective, op or dtype through the
+ * same rank script as the cpu backend. `--peer mpi` measures the cpu backend against MPICH in one
+ * invocation (`bench/mpi.ts --backend cpu`: the ranks under mpiexec, the C program's `MPI_Allreduce` loop in
+ * the same processes round by round, and the C program alone); `--peer gloo` runs PyTorch's Gloo on the same
+ * sizes and ranks afterwards; both together end with one table of all three. `--pool` gives dcomm's ranks
+ * tensors from `pg.alloc()` (the host segment's pool, all-reduced in place). `-d` takes dcomm's dtype names
+ * and nccl-tests' (`float`, `half`, `double`, `bfloat16`, `int8`, `uint8`, `int32`, `uint32`, `int64`,
+ * `uint64`).
  *
  * @module
  */
 import { parseArgs } from "node:util";
 import { launch } from "../cli/launch.ts";
-import { checkDType, checkOp, type DType } from "../core/dtype.ts";
-import type { BenchCollective, BenchConfig, BenchRow } from "./_collectives_common.ts";
-import { BUS_FACTOR, parseBytes } from "./_collectives_common.ts";
-
-const COLLECTIVES: readonly BenchCollective[] = [
-  "allReduce",
-  "broadcast",
-  "reduce",
-  "allGather",
-  "reduceScatter",
-  "allToAll",
-];
+import { checkDType, checkOp } from "../core/dtype.ts";
+import type { BenchConfig } from "./_collectives_common.ts";
+import { collective, COLLECTIVES } from "./_descriptors.ts";
+import {
+  type BenchRow,
+  type ExtraColumn,
+  makeRow,
+  mergeRows,
+  NCCL_TESTS_DTYPES,
+  parseBytes,
+  tableHeader,
+  tableRow,
+} from "./_rows.ts";
 
 const { values } = parseArgs({
   args: Deno.args,
@@ -55,83 +65,90 @@ const { values } = parseArgs({
     "check-calls": { type: "string", default: "1" },
     out: { type: "string" },
     peer: { type: "string" },
-    rounds: { type: "string", short: "r", default: "5" },
+    rounds: { type: "string" },
     pool: { type: "boolean", default: false },
     trials: { type: "string", default: "2" },
+    "jit-warmup": { type: "string", default: "3000" },
     help: { type: "boolean", short: "h", default: false },
   },
 });
 if (values.help) {
   console.log(
-    `Usage: deno task bench:collectives [-b 8] [-e 64M] [-f 4] [-n 20] [-w 5] [-c 1] [-o sum] [-d float32]
-  [--backend cpu|mpi] [--collective allReduce|broadcast|reduce|allGather|reduceScatter|allToAll]
-  [--algorithm auto] [--transport auto|tcp|shm] [--ranks 4] [--root 0] [--check-calls 1] [--out FILE]
-  [--peer mpi,gloo] [-r 5] [--trials 2] [--pool]   (--peer mpi: rounds per size and runs, as bench/mpi.ts;
-  --pool: dcomm's tensors from pg.alloc(), in the host segment's pool)`,
+    `Usage: deno task bench:collectives [-b 8] [-e 64M] [-f 4] [-n 20] [-w 5] [-c 1] [-o sum] [-d float32] [-r 0]
+  [--backend cpu|mpi] [--collective ${COLLECTIVES.map((c) => c.name).join("|")}]
+  [--algorithm auto] [--transport auto|tcp|shm] [--ranks 4] [--check-calls 1] [--out FILE]
+  [--rounds 1] [--pool] [--jit-warmup 3000] [--peer mpi,gloo] [--trials 2]
+  --rounds: timed rounds per size, the fastest counts (5 against MPICH); --pool: dcomm's tensors from
+  pg.alloc(), in the host segment's pool; --jit-warmup: calls of a 1 KiB collective (and a third as many of
+  256 KiB) before the first size; --trials: runs against MPICH, the best counts`,
   );
   Deno.exit(0);
 }
-/** nccl-tests' dtype names (`-d float`), beside dcomm's own. */
-const NCCL_TESTS_DTYPES: Readonly<Record<string, DType>> = {
-  float: "float32",
-  half: "float16",
-  double: "float64",
-  bfloat16: "bfloat16",
-  int8: "int8",
-  uint8: "uint8",
-  int32: "int32",
-  uint32: "uint32",
-  int64: "int64",
-  uint64: "uint64",
-};
 
-const collective = values.collective as BenchCollective;
-if (!COLLECTIVES.includes(collective)) {
-  throw new RangeError(
-    `Unknown collective: expected one of ${COLLECTIVES.join(", ")}, found "${collective}"`,
-  );
+/** A whole number at least `min`, or a RangeError naming the flag. */
+function whole(flag: string, text: string, min: number): number {
+  const n = Number(text);
+  if (!Number.isInteger(n) || n < min) {
+    throw new RangeError(`Invalid ${flag}: expected a whole number >= ${min}, found "${text}"`);
+  }
+  return n;
 }
-const config: BenchConfig = {
-  collective,
-  minBytes: parseBytes(values.minbytes),
-  maxBytes: parseBytes(values.maxbytes),
-  factor: Number(values.stepfactor),
-  iters: Number(values.iters),
-  warmup: Number(values.warmup_iters),
-  check: values.check !== "0",
-  op: checkOp(values.op),
-  dtype: checkDType(NCCL_TESTS_DTYPES[values.datatype] ?? values.datatype),
-  root: Number(values.root),
-  algorithm: values.algorithm,
-  transport: values.transport,
-  checkCalls: values["check-calls"] !== "0",
-};
-if (!(config.factor > 1)) {
-  throw new RangeError(`Invalid -f: expected a factor > 1, found ${values.stepfactor}`);
-}
+
+const descriptor = collective(values.collective);
 const backend = values.backend;
-const peers = (values.peer ?? "").split(",").filter((p) => p !== "");
-for (const p of peers) {
-  if (p !== "mpi" && p !== "gloo") throw new RangeError(`Unknown --peer: expected mpi or gloo, found "${p}"`);
-}
-if (backend === "mpi") Deno.exit(await runMpi("mpi"));
-if (backend === "cpu" && peers.includes("mpi")) Deno.exit(await againstPeers());
-if (backend !== "cpu") {
+if (backend !== "cpu" && backend !== "mpi") {
   console.error(
     `bench:collectives --backend ${backend}: expected cpu or mpi; for nccl run deno task bench:nccl on a GPU machine`,
   );
   Deno.exit(2);
 }
+const peers = (values.peer ?? "").split(",").filter((p) => p !== "");
+for (const p of peers) {
+  if (p !== "mpi" && p !== "gloo") throw new RangeError(`Unknown --peer: expected mpi or gloo, found "${p}"`);
+}
+const config: BenchConfig = {
+  backend,
+  collective: descriptor.name,
+  minBytes: parseBytes(values.minbytes),
+  maxBytes: parseBytes(values.maxbytes),
+  factor: Number(values.stepfactor),
+  iters: whole("-n", values.iters, 1),
+  warmup: whole("-w", values.warmup_iters, 0),
+  check: values.check !== "0",
+  rounds: whole("--rounds", values.rounds ?? "1", 1),
+  op: checkOp(values.op),
+  dtype: checkDType(NCCL_TESTS_DTYPES[values.datatype] ?? values.datatype),
+  root: whole("-r", values.root, 0),
+  algorithm: values.algorithm,
+  transport: values.transport,
+  checkCalls: values["check-calls"] !== "0",
+  pool: values.pool,
+  jitWarmup: whole("--jit-warmup", values["jit-warmup"], 0),
+  // As bench/mpi.ts and its C program: 200 more untimed calls of the first size, when it is a small one.
+  firstWarmup: parseBytes(values.minbytes) <= 1 << 20 ? 200 : 0,
+};
+if (!(config.factor > 1)) {
+  throw new RangeError(`Invalid -f: expected a factor > 1, found ${values.stepfactor}`);
+}
+const ranks = whole("--ranks", values.ranks, 1);
+if (config.root >= ranks) {
+  throw new RangeError(`Invalid -r: expected a root below --ranks ${ranks}, found ${config.root}`);
+}
+/** What MPICH's C program measures: bench/mpi.ts compares only that. */
+const againstC = descriptor.name === "allReduce" && config.op === "sum" && config.dtype === "float32";
+
+if (backend === "mpi" && againstC) Deno.exit(await runMpi("mpi"));
+if (backend === "cpu" && peers.includes("mpi")) Deno.exit(await againstPeers());
 
 /**
  * `--backend mpi`, or `--peer mpi`: bench/mpi.ts under `mpiexec -n <--ranks>`, which runs MPICH's
  * `MPI_Allreduce` from C in the same invocation as the baseline (all-reduce of float32 sums only).
  */
 async function runMpi(measured: "mpi" | "cpu", out?: string): Promise<number> {
-  if (collective !== "allReduce" || config.op !== "sum" || config.dtype !== "float32") {
+  if (!againstC) {
     throw new RangeError(
-      `bench:collectives against MPICH measures allReduce of float32 sums; found --collective ` +
-        `${collective} -o ${config.op} -d ${config.dtype}`,
+      `bench:collectives --peer mpi measures allReduce of float32 sums (MPICH's C program); found ` +
+        `--collective ${descriptor.name} -o ${config.op} -d ${config.dtype}`,
     );
   }
   const file = out ?? values.out;
@@ -139,10 +156,10 @@ async function runMpi(measured: "mpi" | "cpu", out?: string): Promise<number> {
     "run",
     "-A",
     new URL("./mpi.ts", import.meta.url).pathname,
-    ...["--backend", measured, "--np", values.ranks],
+    ...["--backend", measured, "--np", String(ranks)],
     ...["-b", values.minbytes, "-e", values.maxbytes, "-f", values.stepfactor],
     ...["-n", values.iters, "-w", values.warmup_iters, "-c", values.check],
-    ...["-r", values.rounds, "--trials", values.trials],
+    ...["--rounds", values.rounds ?? "5", "--trials", values.trials, "--jit-warmup", values["jit-warmup"]],
     ...(values.pool ? ["--pool"] : []),
     ...(file === undefined ? [] : ["--out", file]),
   ];
@@ -170,90 +187,101 @@ async function againstPeers(): Promise<number> {
   const dcomm = all.filter((r) => r.runner === "dcomm");
   const glooRows = peers.includes("gloo") ? await gloo(dcomm) : [];
   console.log(
-    `#\n# all-reduce, float32 sum, ${values.ranks} ranks: dcomm cpu (shm${
+    `#\n# all-reduce, float32 sum, ${ranks} ranks: dcomm cpu (shm${
       values.pool ? ", pool tensors" : ""
-    }) against MPICH and Gloo`,
+    }) against MPICH (in the same processes, and alone)${glooRows.length ? " and Gloo" : ""}`,
   );
-  console.log(
-    "#       size   dcomm (us)  busbw   MPICH here  busbw  MPICH alone  busbw  dcomm/MPICH (paired)" +
-      (glooRows.length ? "    Gloo (us)  busbw  dcomm/Gloo" : ""),
-  );
+  const extras: ExtraColumn[] = [
+    { title: "dcomm/MPICH busbw", unit: "best (paired)", width: 17 },
+    ...(glooRows.length ? [{ title: "Gloo/dcomm", unit: "time", width: 10 }] : []),
+  ];
+  const groups = ["dcomm", "MPICH here", "MPICH alone", ...(glooRows.length ? ["Gloo"] : [])];
+  console.log(tableHeader(groups, extras));
   for (const d of dcomm) {
     const here = all.find((r) => r.runner === "c-inproc" && r.bytes === d.bytes);
     const alone = all.find((r) => r.runner === "c" && r.bytes === d.bytes);
     const g = glooRows.find((r) => r.bytes === d.bytes);
     const cells = [
-      String(d.bytes).padStart(12),
-      d.timeUs.toFixed(1).padStart(12),
-      d.busbwGBs.toFixed(2).padStart(6),
-      (here?.timeUs ?? NaN).toFixed(1).padStart(12),
-      (here?.busbwGBs ?? NaN).toFixed(2).padStart(6),
-      (alone?.timeUs ?? NaN).toFixed(1).padStart(12),
-      (alone?.busbwGBs ?? NaN).toFixed(2).padStart(6),
-      `${(here ? d.busbwGBs / here.busbwGBs : NaN).toFixed(2)} (${(d.vsBaselinePaired ?? NaN).toFixed(2)})`
-        .padStart(21),
+      `${(here ? d.busbwGBs / here.busbwGBs : NaN).toFixed(2)} (${(d.vsBaselinePaired ?? NaN).toFixed(2)})`,
+      ...(glooRows.length ? [g ? (g.timeUs / d.timeUs).toFixed(2) : "–"] : []),
     ];
-    if (g) {
-      const glooBus = (d.bytes / (g.glooUs * 1e-6) / 1e9) * BUS_FACTOR.allReduce(Number(values.ranks));
-      cells.push(
-        g.glooUs.toFixed(1).padStart(12),
-        glooBus.toFixed(2).padStart(6),
-        g.speedup.toFixed(2).padStart(11),
-      );
-    }
-    console.log(cells.join(" "));
+    console.log(
+      tableRow([d, here, alone, ...(glooRows.length ? [g] : [])], cells, extras.map((e) => e.width)),
+    );
   }
   return 0;
 }
 
-let rows: BenchRow[] = [];
-const result = await launch({
-  nprocPerNode: Number(values.ranks),
-  command: [new URL("./_collectives_rank.ts", import.meta.url).pathname, JSON.stringify(config)],
-  env: values.transport === "auto" ? {} : { DCOMM_TRANSPORT: values.transport },
-  write: (line, stream) => {
-    const text = line.replace(/^\[rank\d+\]: /, "");
+/** Runs the rank script (under dcomm's launcher, or mpiexec for the mpi backend); returns its rows. */
+async function runRanks(): Promise<{ code: number; rows: BenchRow[] }> {
+  const script = new URL("./_collectives_rank.ts", import.meta.url).pathname;
+  let rows: BenchRow[] = [];
+  const take = (text: string): void => {
     if (text.startsWith("RESULTS ")) rows = JSON.parse(text.slice(8));
-    else if (line.startsWith("[rank0]: ") || stream === "stderr") console.log(text);
-  },
-});
-if (result.code !== 0) {
-  console.error(`bench:collectives: a rank exited with code ${result.code}`);
-  Deno.exit(result.code);
+    else console.log(text);
+  };
+  if (backend === "mpi") {
+    const child = new Deno.Command("mpiexec", {
+      args: ["-n", String(ranks), Deno.execPath(), "run", "-A", script, JSON.stringify(config)],
+      stdout: "piped",
+      stderr: "inherit",
+    }).spawn();
+    let rest = "";
+    for await (const chunk of child.stdout.pipeThrough(new TextDecoderStream())) {
+      const lines = (rest + chunk).split("\n");
+      rest = lines.pop() ?? "";
+      for (const line of lines) take(line);
+    }
+    if (rest) take(rest);
+    return { code: (await child.status).code, rows };
+  }
+  const result = await launch({
+    nprocPerNode: ranks,
+    command: [script, JSON.stringify(config)],
+    env: values.transport === "auto" ? {} : { DCOMM_TRANSPORT: values.transport },
+    write: (line, stream) => {
+      const text = line.replace(/^\[rank\d+\]: /, "");
+      if (line.startsWith("[rank0]: ") || stream === "stderr") take(text);
+    },
+  });
+  return { code: result.code, rows };
+}
+
+const { code, rows } = await runRanks();
+if (code !== 0 && rows.length === 0) {
+  console.error(`bench:collectives: a rank exited with code ${code}`);
+  Deno.exit(code);
 }
 const out = values.out ?? new URL(`./results/collectives-${backend}.json`, import.meta.url).pathname;
-let existing: BenchRow[] = [];
-try {
-  existing = JSON.parse(Deno.readTextFileSync(out));
-} catch { /* first run */ }
-// Replace this configuration's rows, keep the others (other collectives, transports, rank counts).
-const key = (r: BenchRow): string =>
-  `${r.collective}|${r.algorithm}|${r.transport}|${r.ranks}|${r.dtype}|${r.bytes}`;
-const mine = new Set(rows.map(key));
-const merged = [...existing.filter((r) => !mine.has(key(r))), ...rows];
-Deno.writeTextFileSync(out, JSON.stringify(merged, null, 2) + "\n");
-if (peers.includes("gloo")) await gloo(rows);
-const wrong = rows.reduce((s, r) => s + r.wrong, 0);
-console.log(`# ${rows.length} sizes, ${wrong} wrong elements; wrote ${out}`);
-if (wrong > 0) Deno.exit(1);
-
-/** One size of the Gloo comparison. */
-interface GlooRow {
-  bytes: number;
-  dcommUs: number;
-  glooUs: number;
-  speedup: number;
-}
-
-/** Runs PyTorch's Gloo all-reduce on the same sizes and ranks, and prints the ratio to dcomm's time. */
-async function gloo(rows: BenchRow[]): Promise<GlooRow[]> {
-  if (collective !== "allReduce" || config.dtype !== "float32" || config.op !== "sum") {
-    throw new RangeError("--peer gloo compares allReduce of float32 with op sum only");
+mergeRows(out, rows);
+if (peers.includes("gloo")) {
+  const g = await gloo(rows);
+  console.log("#\n# the same sizes with PyTorch's Gloo (torch all_reduce, same ranks, same machine)");
+  const extras: ExtraColumn[] = [{ title: "Gloo/dcomm", unit: "time", width: 10 }];
+  console.log(tableHeader(["dcomm", "Gloo"], extras));
+  for (const d of rows) {
+    const peer = g.find((r) => r.bytes === d.bytes);
+    console.log(tableRow([d, peer], [peer ? (peer.timeUs / d.timeUs).toFixed(2) : "–"], [10]));
   }
+}
+const wrong = rows.reduce((s, r) => s + Math.max(0, r.wrong), 0);
+console.log(
+  `# ${rows.length} sizes, ${config.check ? `${wrong} wrong elements` : "not checked"}; wrote ${out}`,
+);
+if (wrong > 0 || code !== 0) Deno.exit(code || 1);
+
+/**
+ * Runs PyTorch's Gloo all-reduce (`bench/native/gloo_allreduce.py`, timed as the harness times: the input
+ * written once, then the calls alone) on the same sizes and ranks; writes
+ * `bench/results/gloo-<ranks>ranks-<transport>.json` (each size's dcomm and Gloo times) and returns Gloo's
+ * rows.
+ */
+async function gloo(dcomm: readonly BenchRow[]): Promise<BenchRow[]> {
+  if (!againstC) throw new RangeError("--peer gloo compares allReduce of float32 with op sum only");
   const lines: string[] = [];
   const script = new URL("./native/gloo_allreduce.py", import.meta.url).pathname;
   const r = await launch({
-    nprocPerNode: Number(values.ranks),
+    nprocPerNode: ranks,
     noDeno: true,
     hostStore: false,
     command: [
@@ -272,28 +300,19 @@ async function gloo(rows: BenchRow[]): Promise<GlooRow[]> {
     },
   });
   if (r.code !== 0) throw new Error(`The Gloo peer failed (exit ${r.code}); is torch importable by python3?`);
-  const peer = lines.map((l) => JSON.parse(l) as { bytes: number; timeUs: number; wrong: number });
-  console.log("#\n# the same sizes with PyTorch's Gloo (torch " + "all_reduce, same ranks, same machine)");
-  console.log("#       size   dcomm (us)    gloo (us)   gloo/dcomm  gloo #wrong");
-  const comparison: GlooRow[] = [];
-  for (const p of peer) {
-    const mine = rows.find((row) => row.bytes === p.bytes);
-    if (!mine) continue;
-    comparison.push({
-      bytes: p.bytes,
-      dcommUs: mine.timeUs,
-      glooUs: p.timeUs,
-      speedup: p.timeUs / mine.timeUs,
-    });
-    console.log(
-      `${String(p.bytes).padStart(12)} ${mine.timeUs.toFixed(1).padStart(12)} ${
-        p.timeUs.toFixed(1).padStart(12)
-      } ${(p.timeUs / mine.timeUs).toFixed(2).padStart(12)} ${String(p.wrong).padStart(12)}`,
-    );
-  }
-  const file =
-    new URL(`./results/gloo-${values.ranks}ranks-${rows[0]?.transport ?? "auto"}.json`, import.meta.url)
-      .pathname;
+  const label = { algorithm: "gloo", transport: "gloo", ranks, dtype: "float32", runner: "gloo" };
+  const rows = lines.map((l) => {
+    const p = JSON.parse(l) as { bytes: number; timeUs: number; wrong: number };
+    return makeRow(descriptor, p.bytes / 4, p.timeUs, p.wrong, label);
+  });
+  const comparison = rows.flatMap((g) => {
+    const mine = dcomm.find((d) => d.bytes === g.bytes);
+    return mine
+      ? [{ bytes: g.bytes, dcommUs: mine.timeUs, glooUs: g.timeUs, speedup: g.timeUs / mine.timeUs }]
+      : [];
+  });
+  const file = new URL(`./results/gloo-${ranks}ranks-${dcomm[0]?.transport ?? "auto"}.json`, import.meta.url)
+    .pathname;
   Deno.writeTextFileSync(file, JSON.stringify(comparison, null, 2) + "\n");
-  return comparison;
+  return rows;
 }

@@ -1,9 +1,12 @@
 /**
- * `deno task bench:collectives --backend nccl` until the CPU harness (`bench/collectives.ts`) calls
- * {@linkcode runNcclBench} itself: the nccl-tests sweep of every collective on the `nccl` backend, the
- * per-call overhead of an all-reduce through FFI beside a C program's, results as nccl-tests' table and as
- * JSON rows in `bench/results/collectives-nccl.json`. One rank per GPU: run it under the launcher for
- * several (`deno run -A cli/launch.ts --nproc-per-node 8 bench/nccl.ts`); alone it is a world of one.
+ * `deno task bench:nccl`: nccl-tests for the `nccl` backend, on the harness every path shares
+ * (`_harness.ts`, with `_nccl_cases.ts`'s device: device buffers, `-n` calls queued back to back between two
+ * CUDA events after `-w` untimed ones, the input written once per size and checked as `_harness.ts` says),
+ * every collective of `_descriptors.ts` in turn, each with nccl-tests' table; then, with `--overhead`, the
+ * per-call cost of an all-reduce through FFI beside a C program's. Rows go to
+ * `bench/results/collectives-nccl.json` (`_rows.ts`'s rows, merged as `bench:collectives` merges them). One
+ * rank per GPU: run it under the launcher for several (`deno run -A cli/launch.ts --nproc-per-node 8
+ * bench/nccl.ts`); alone it is a world of one.
  *
  * ```sh
  * deno run -A bench/nccl.ts -b 8 -e 128M -f 2 -n 20 -w 5 -c 1 -d float32
@@ -11,28 +14,95 @@
  * ```
  *
  * Flags as nccl-tests: `-b/--minbytes`, `-e/--maxbytes`, `-f/--stepfactor`, `-n/--iters`,
- * `-w/--warmup_iters`, `-c/--check`, `-d/--datatype`; plus `--collectives a,b`, `--quick` (1 KiB to
- * 64 MiB by 4), `--overhead`, `--native <program>` (the C program of `bench/native/nccl_overhead.cu`, run
- * for the same measurement), `--out <file>` (the JSON rows, merged as `bench:collectives` merges them), `--details <file>` (NCCL's version,
- * the tuning and the overhead). Exits 1 if any element is wrong.
+ * `-w/--warmup_iters`, `-c/--check`, `-o/--op`, `-d/--datatype`, `-r/--root`; plus `--collectives a,b`,
+ * `--quick` (1 KiB to 64 MiB by 4), `--overhead`, `--native <program>` (the C program of
+ * `bench/native/nccl_overhead.cu`, run for the same measurement), `--out <file>` (the JSON rows),
+ * `--details <file>` (NCCL's version, the tuning and the overhead). Exits 1 if any element is wrong.
  *
  * @module
  */
 import { parseArgs } from "node:util";
-import { checkDType } from "../core/dtype.ts";
+import { checkDType, checkOp } from "../core/dtype.ts";
 import { initNccl } from "../backend/nccl/create.ts";
-import {
-  formatNcclRow,
-  measureCallOverhead,
-  NCCL_TABLE_HEADER,
-  type NcclBenchRow,
-  runNcclBench,
-} from "./_nccl_cases.ts";
+import { measureCallOverhead, type NcclBenchOptions, runNcclBench } from "./_nccl_cases.ts";
+import { collective } from "./_descriptors.ts";
+import { sweepSizes } from "./_harness.ts";
+import { mergeRows, NCCL_TESTS_DTYPES, parseBytes, tableHeader, tableRow } from "./_rows.ts";
 
-function bytes(text: string): number {
-  const m = /^(\d+(?:\.\d+)?)([KMG]?)$/i.exec(text.trim());
-  if (!m) throw new RangeError(`Invalid size: expected e.g. 8, 64K, 128M or 1G, found ${text}`);
-  return Math.round(Number(m[1]) * ({ "": 1, K: 1 << 10, M: 1 << 20, G: 1 << 30 }[m[2].toUpperCase()] ?? 1));
+/** bench/nccl.ts's command line, parsed. */
+export interface NcclFlags {
+  /** What {@linkcode runNcclBench} runs. */
+  bench: NcclBenchOptions;
+  /** `--overhead`: measure the per-call cost too. */
+  overhead: boolean;
+  /** `--native`: the C program of `bench/native/nccl_overhead.cu`. */
+  native?: string;
+  /** `--out`: the JSON rows. */
+  out: string;
+  /** `--details`: NCCL's version, the tuning and the overhead. */
+  details: string;
+}
+
+/**
+ * Parses bench/nccl.ts's flags (nccl-tests' `-b -e -f -n -w -c -o -d -r`, and `--collectives --quick
+ * --overhead --native --out --details`).
+ *
+ * @param args The command line.
+ * @returns The sweep's options and the rest.
+ * @throws {RangeError} On a size, factor, count, op, dtype or collective that is not one.
+ */
+export function parseNcclArgs(args: readonly string[]): NcclFlags {
+  const { values } = parseArgs({
+    args: [...args],
+    options: {
+      minbytes: { type: "string", short: "b", default: "8" },
+      maxbytes: { type: "string", short: "e", default: "128M" },
+      stepfactor: { type: "string", short: "f", default: "2" },
+      iters: { type: "string", short: "n", default: "20" },
+      warmup_iters: { type: "string", short: "w", default: "5" },
+      check: { type: "string", short: "c", default: "1" },
+      op: { type: "string", short: "o", default: "sum" },
+      datatype: { type: "string", short: "d", default: "float32" },
+      root: { type: "string", short: "r", default: "0" },
+      collectives: { type: "string" },
+      quick: { type: "boolean", default: false },
+      overhead: { type: "boolean", default: false },
+      native: { type: "string" },
+      out: { type: "string", default: new URL("results/collectives-nccl.json", import.meta.url).pathname },
+      details: { type: "string", default: new URL("results/nccl-details.json", import.meta.url).pathname },
+    },
+  });
+  const whole = (flag: string, text: string, min: number): number => {
+    const n = Number(text);
+    if (!Number.isInteger(n) || n < min) {
+      throw new RangeError(`Invalid ${flag}: expected a whole number >= ${min}, found "${text}"`);
+    }
+    return n;
+  };
+  // Unknown collectives and bad ranges fail here, before NCCL starts.
+  const collectives = values.collectives?.split(",").filter((c) => c !== "").map((c) => collective(c).name);
+  const minBytes = values.quick ? 1024 : parseBytes(values.minbytes);
+  const maxBytes = values.quick ? 64 << 20 : parseBytes(values.maxbytes);
+  const stepFactor = values.quick ? 4 : Number(values.stepfactor);
+  sweepSizes(minBytes, maxBytes, stepFactor);
+  return {
+    bench: {
+      minBytes,
+      maxBytes,
+      stepFactor,
+      iters: whole("-n", values.iters, 1),
+      warmup: whole("-w", values.warmup_iters, 0),
+      check: values.check !== "0",
+      op: checkOp(values.op),
+      dtype: checkDType(NCCL_TESTS_DTYPES[values.datatype] ?? values.datatype),
+      root: whole("-r", values.root, 0),
+      ...(collectives ? { collectives } : {}),
+    },
+    overhead: values.overhead,
+    ...(values.native === undefined ? {} : { native: values.native }),
+    out: values.out,
+    details: values.details,
+  };
 }
 
 /** What the C program printed: microseconds per call. */
@@ -51,24 +121,7 @@ async function runNative(program: string): Promise<{ hostUs: number; gpuUs: numb
 }
 
 if (import.meta.main) {
-  const { values } = parseArgs({
-    args: Deno.args,
-    options: {
-      minbytes: { type: "string", short: "b", default: "8" },
-      maxbytes: { type: "string", short: "e", default: "128M" },
-      stepfactor: { type: "string", short: "f", default: "2" },
-      iters: { type: "string", short: "n", default: "20" },
-      warmup_iters: { type: "string", short: "w", default: "5" },
-      check: { type: "string", short: "c", default: "1" },
-      datatype: { type: "string", short: "d", default: "float32" },
-      collectives: { type: "string" },
-      quick: { type: "boolean", default: false },
-      overhead: { type: "boolean", default: false },
-      native: { type: "string" },
-      out: { type: "string", default: new URL("results/collectives-nccl.json", import.meta.url).pathname },
-      details: { type: "string", default: new URL("results/nccl-details.json", import.meta.url).pathname },
-    },
-  });
+  const flags = parseNcclArgs(Deno.args);
   // Under a launcher the environment names the rank; alone, this is a world of one.
   const launched = ["RANK", "SLURM_PROCID", "PMI_RANK", "OMPI_COMM_WORLD_RANK"].some((v) => Deno.env.get(v));
   const pg = await initNccl(
@@ -80,17 +133,14 @@ if (import.meta.main) {
   };
   say(`# dcomm nccl bench: NCCL ${pg.ncclVersion} (${pg.ncclPath}), ${pg.size} rank(s), device ${pg.device}`);
   say(`# tuning: ${JSON.stringify(pg.tuning.env)}`);
-  say(NCCL_TABLE_HEADER);
-  const rows: NcclBenchRow[] = await runNcclBench(pg, {
-    minBytes: values.quick ? 1024 : bytes(values.minbytes),
-    maxBytes: values.quick ? 64 << 20 : bytes(values.maxbytes),
-    stepFactor: values.quick ? 4 : Number(values.stepfactor),
-    iters: Number(values.iters),
-    warmup: Number(values.warmup_iters),
-    check: values.check !== "0",
-    dtype: checkDType(values.datatype),
-    collectives: values.collectives?.split(","),
-    onRow: (row) => say(formatNcclRow(row)),
+  say(
+    `# ${flags.bench.iters} calls queued back to back between two CUDA events after ${flags.bench.warmup} ` +
+      `warm-up, check ${flags.bench.check ? "on" : "off"}`,
+  );
+  const rows = await runNcclBench(pg, {
+    ...flags.bench,
+    onCollective: (name) => say(`#\n# ${name}\n${tableHeader()}`),
+    onRow: (row) => say(tableRow([row])),
   });
   const wrong = rows.reduce((a, r) => a + Math.max(0, r.wrong), 0);
   const details: Record<string, unknown> = {
@@ -100,9 +150,9 @@ if (import.meta.main) {
     device: pg.device,
     tuning: pg.tuning,
   };
-  if (values.overhead) {
+  if (flags.overhead) {
     const o = await measureCallOverhead(pg);
-    const native = values.native ? await runNative(values.native) : "not run (no --native program)";
+    const native = flags.native ? await runNative(flags.native) : "not run (no --native program)";
     details.overhead = { ...o, native };
     say("#");
     say("# per-call cost of a 1-element all-reduce (host µs per call, median of batches)");
@@ -122,20 +172,10 @@ if (import.meta.main) {
     );
   }
   if (leader) {
-    // Rows merge into the file as bench:collectives does: this run's configurations replace their old rows.
-    let existing: NcclBenchRow[] = [];
-    try {
-      existing = JSON.parse(await Deno.readTextFile(values.out));
-    } catch {
-      // First run.
-    }
-    const key = (r: NcclBenchRow): string =>
-      `${r.collective}|${r.algorithm}|${r.transport}|${r.ranks}|${r.dtype}|${r.bytes}`;
-    const mine = new Set(rows.map(key));
-    const merged = [...(Array.isArray(existing) ? existing : []).filter((r) => !mine.has(key(r))), ...rows];
-    await Deno.writeTextFile(values.out, JSON.stringify(merged, null, 2) + "\n");
-    await Deno.writeTextFile(values.details, JSON.stringify(details, null, 2) + "\n");
-    say(`# ${rows.length} rows to ${values.out}; details to ${values.details}`);
+    // Rows merge into the file as bench:collectives merges them: this run's configurations replace their old rows.
+    mergeRows(flags.out, rows);
+    await Deno.writeTextFile(flags.details, JSON.stringify(details, null, 2) + "\n");
+    say(`# ${rows.length} rows to ${flags.out}; details to ${flags.details}`);
   }
   say(`# out-of-bounds values : ${wrong} ${wrong ? "ERROR" : "OK"}`);
   await pg.close();

@@ -95,10 +95,12 @@ step "summary"
   echo "nccl         : $(grep -m1 -E '^  NCCL ' "$OUT/doctor.txt" | sed -E 's/^  NCCL +//')"
   echo "gpu          : $(grep -m1 -E '^  GPU 0 ' "$OUT/doctor.txt" | sed -E 's/^  GPU 0 +//')"
   echo "tests        : ${tests_line:-no summary line (see tests.log)}"
-  echo "bench rows   : $(grep -cE '^ +(allReduce|allGather|reduceScatter|broadcast|reduce|allToAll) ' "$OUT/bench.txt")," \
+  echo "bench rows   : $(grep -cE '^ +[0-9]+ +[0-9]+ ' "$OUT/bench.txt")," \
     "$(grep -m1 'out-of-bounds values' "$OUT/bench.txt" | sed 's/^# //')"
   grep -E '^# +(Deno FFI|dcomm|C \(nvcc\))' "$OUT/bench.txt" | sed 's/^# */per call     : /'
-  grep -E '^ +allReduce +[0-9]+' "$OUT/bench.txt" | tail -n 1 | sed 's/^/largest a-r  :/'
+  # bench.txt holds one table per collective, each after a "# <collective>" line.
+  awk '/^# allReduce$/ {f = 1; next} /^# [A-Za-z]+$/ {f = 0} f && /^ +[0-9]/ {last = $0} END {print last}' \
+    "$OUT/bench.txt" | sed 's/^/largest a-r  :/'
   if [ ${#failed[@]} -gt 0 ]; then echo "FAILED       : ${failed[*]}"; else echo "result       : all passed"; fi
 } | tee "$OUT/summary.txt"
 [ ${#failed[@]} -eq 0 ]

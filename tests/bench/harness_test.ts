@@ -1,0 +1,575 @@
+/**
+ * The benchmarks' one harness (`bench/_descriptors.ts`, `bench/_harness.ts`, `bench/_rows.ts`): the
+ * descriptors' counts, bus factors and expected outputs against a plain simulation of each collective, the
+ * check catching wrong results, the table, the rows' file; the sweep on real ranks (threads), with
+ * collectives broken on purpose; and short real runs of `bench/collectives.ts` (cpu, and the mpi paths where
+ * MPICH is installed) and the CPU side of `bench/nccl.ts`.
+ */
+import assert from "node:assert/strict";
+import type { DType, ReduceOp } from "../../core/dtype.ts";
+import { spawnThreads } from "../../backend/threads.ts";
+import {
+  benchContext,
+  blockCount,
+  collective,
+  type CollectiveDescriptor,
+  COLLECTIVES,
+  countWrong,
+  fillArray,
+  tolerance,
+} from "../../bench/_descriptors.ts";
+import { sweepSizes } from "../../bench/_harness.ts";
+import {
+  type BenchRow,
+  makeRow,
+  mergeRows,
+  parseBytes,
+  rowKey,
+  tableHeader,
+  tableRow,
+} from "../../bench/_rows.ts";
+import { parseNcclArgs } from "../../bench/nccl.ts";
+import { gatedTest, hasCommand } from "../_util/skip.ts";
+import type { HarnessArgs, HarnessResult } from "./_fixtures/harness_rank.ts";
+
+const FIXTURE = new URL("./_fixtures/harness_rank.ts", import.meta.url);
+const COLLECTIVES_CLI = new URL("../../bench/collectives.ts", import.meta.url).pathname;
+
+Deno.test("COLLECTIVES have nccl-tests' bus factors", () => {
+  const factors = Object.fromEntries(
+    COLLECTIVES.map((c) => [c.name, [1, 2, 4, 8].map((n) => c.busFactor(n))]),
+  );
+  assert.deepEqual(factors, {
+    allReduce: [0, 1, 1.5, 1.75],
+    broadcast: [1, 1, 1, 1],
+    reduce: [1, 1, 1, 1],
+    allGather: [0, 0.5, 0.75, 0.875],
+    reduceScatter: [0, 0.5, 0.75, 0.875],
+    allToAll: [0, 0.5, 0.75, 0.875],
+  });
+});
+
+Deno.test("COLLECTIVES count whole buffers: equal blocks for the block collectives, any count otherwise", () => {
+  assert.deepEqual(COLLECTIVES.map((c) => [c.name, c.count(10, 4), c.count(2, 4)]), [
+    ["allReduce", 10, 2],
+    ["broadcast", 10, 2],
+    ["reduce", 10, 2],
+    ["allGather", 8, 4],
+    ["reduceScatter", 8, 4],
+    ["allToAll", 8, 4],
+  ]);
+  assert.equal(blockCount(0, 3), 3);
+  const lengths = (name: string): { input: number; output: number } =>
+    collective(name).lengths(benchContext(collective(name), { rank: 1, ranks: 4, count: 8 }));
+  assert.deepEqual(lengths("allGather"), { input: 2, output: 8 });
+  assert.deepEqual(lengths("reduceScatter"), { input: 8, output: 2 });
+  assert.deepEqual(lengths("allToAll"), { input: 8, output: 8 });
+});
+
+Deno.test("collective() names every collective when the name is unknown", () => {
+  assert.throws(() => collective("gather"), {
+    name: "RangeError",
+    message:
+      'Unknown collective: expected one of allReduce, broadcast, reduce, allGather, reduceScatter, allToAll, found "gather"',
+  });
+});
+
+/** op over numbers, as the collective's result holds it (avg of integers truncates). */
+function reduceAll(values: number[], op: ReduceOp, dtype: DType): number {
+  switch (op) {
+    case "sum":
+      return values.reduce((a, b) => a + b, 0);
+    case "prod":
+      return values.reduce((a, b) => a * b, 1);
+    case "min":
+      return Math.min(...values);
+    case "max":
+      return Math.max(...values);
+    case "avg": {
+      const s = values.reduce((a, b) => a + b, 0) / values.length;
+      return dtype.startsWith("float") || dtype === "bfloat16" ? s : Math.trunc(s);
+    }
+  }
+}
+
+/** Each rank's output after one call, simulated from every rank's inputs as the ProcessGroup docs say. */
+function simulate(
+  d: CollectiveDescriptor,
+  inputs: number[][],
+  op: ReduceOp,
+  root: number,
+  dtype: DType,
+): number[][] {
+  const ranks = inputs.length;
+  const n = inputs[0].length;
+  const across = (j: number): number => reduceAll(inputs.map((x) => x[j]), op, dtype);
+  switch (d.name) {
+    case "allReduce":
+      return inputs.map(() => inputs[0].map((_, j) => across(j)));
+    case "broadcast":
+      return inputs.map(() => [...inputs[root]]);
+    case "reduce":
+      return inputs.map((x, r) => r === root ? x.map((_, j) => across(j)) : [...x]);
+    case "allGather":
+      return inputs.map(() => inputs.flat());
+    case "reduceScatter": {
+      const b = n / ranks;
+      return inputs.map((_, r) => Array.from({ length: b }, (_, i) => across(r * b + i)));
+    }
+    case "allToAll": {
+      const b = n / ranks;
+      return inputs.map((_, r) =>
+        Array.from({ length: n }, (_, i) => inputs[Math.floor(i / b)][r * b + (i % b)])
+      );
+    }
+  }
+  throw new Error(`No simulation of ${d.name}`);
+}
+
+Deno.test("CollectiveDescriptor.expected() is each collective's result on 1-5 ranks, every op", () => {
+  for (const d of COLLECTIVES) {
+    for (const ranks of [1, 2, 3, 5]) {
+      for (const op of (d.reduces ? ["sum", "prod", "min", "max", "avg"] : ["sum"]) as ReduceOp[]) {
+        for (const dtype of ["float32", "int8", "bfloat16"] as DType[]) {
+          const root = ranks - 1;
+          const count = d.count(7 * ranks + 1, ranks);
+          const ctxs = Array.from(
+            { length: ranks },
+            (_, rank) => benchContext(d, { rank, ranks, count, dtype, op, root }),
+          );
+          const inputs = ctxs.map((c) => Array.from({ length: d.lengths(c).input }, (_, j) => d.input(j, c)));
+          const outputs = simulate(d, inputs, op, root, dtype);
+          for (const [rank, c] of ctxs.entries()) {
+            const want = outputs[rank];
+            assert.equal(want.length, d.inPlace ? d.lengths(c).input : d.lengths(c).output);
+            const got = want.map((_, i) => d.expected(i, c));
+            assert.deepEqual(got, want, `${d.name} ${op} ${dtype} on ${ranks} ranks, rank ${rank}`);
+          }
+        }
+      }
+    }
+  }
+});
+
+Deno.test("benchContext() keeps every sum and product exact in the dtype, on many ranks too", () => {
+  // dtype, ranks, the largest exact integer, the largest power of two's exponent
+  const cases: [DType, number, number, number][] = [
+    ["int8", 20, 127, 6],
+    ["uint8", 40, 255, 7],
+    ["bfloat16", 40, 256, 127],
+    ["float16", 300, 2048, 15],
+    ["float32", 8, 2 ** 24, 127],
+  ];
+  for (const [dtype, ranks, limit, exponent] of cases) {
+    for (const op of ["sum", "prod"] as ReduceOp[]) {
+      const ctx = benchContext(collective("allReduce"), { rank: 0, ranks, count: 26, dtype, op });
+      const reduced = Array.from({ length: 40 }, (_, j) => ctx.reduced(j));
+      for (const v of reduced) {
+        const exact = op === "sum" ? v <= limit : Number.isInteger(Math.log2(v)) && Math.log2(v) <= exponent;
+        assert.ok(exact, `${dtype} ${op} on ${ranks} ranks reaches ${v}`);
+      }
+      // Ranks still hold different data.
+      assert.notDeepEqual(
+        Array.from({ length: 13 }, (_, j) => ctx.value(0, j)),
+        Array.from({ length: 13 }, (_, j) => ctx.value(1, j)),
+        `${dtype} ${op} on ${ranks} ranks`,
+      );
+    }
+  }
+});
+
+Deno.test("CollectiveDescriptor.stable() says when the data after n calls is the data after one", () => {
+  const stable = (name: string, op: ReduceOp, ranks: number, dtype: DType = "float32"): boolean =>
+    collective(name).stable(benchContext(collective(name), { rank: 0, ranks, count: 4, op, dtype }));
+  assert.equal(stable("allReduce", "sum", 2), false); // grows by 2 each call
+  assert.equal(stable("allReduce", "sum", 1), true);
+  assert.equal(stable("allReduce", "max", 3), true);
+  assert.equal(stable("allReduce", "avg", 4), true); // 1/4 is exact
+  assert.equal(stable("allReduce", "avg", 3), false); // 1/3 rounds
+  assert.equal(stable("allReduce", "avg", 3, "int32"), true);
+  assert.equal(stable("reduce", "avg", 4), false); // the root averages its average with the others' inputs
+  assert.equal(stable("reduce", "min", 4), true);
+  for (const name of ["broadcast", "allGather", "reduceScatter", "allToAll"]) {
+    assert.equal(stable(name, "sum", 3), true);
+  }
+});
+
+Deno.test("countWrong() counts each wrong element, in every representation", () => {
+  assert.equal(countWrong(new Float32Array([0, 1, 2, 3]), "float32", (i) => i), 0);
+  assert.equal(countWrong(new Float32Array([0, 1, 7, 3]), "float32", (i) => i), 1);
+  assert.equal(countWrong(new Float32Array([NaN, 1]), "float32", (i) => i), 1);
+  assert.equal(countWrong(new Float32Array([9, 9]), "float32", (i) => i === 0 ? undefined : 9), 0);
+  assert.equal(countWrong(new BigInt64Array([0n, 5n]), "int64", (i) => i), 1);
+  for (const dtype of ["float16", "bfloat16"] as DType[]) {
+    const bits = new Uint16Array(4);
+    fillArray(bits, dtype, (j) => j * 3);
+    assert.equal(countWrong(bits, dtype, (i) => i * 3), 0);
+    bits[2] ^= 0x0100; // a bit of the mantissa
+    assert.equal(countWrong(bits, dtype, (i) => i * 3), 1, dtype);
+  }
+  const f16 = new Float16Array([1.5, 2]);
+  assert.equal(countWrong(f16, "float16", (i) => [1.5, 2.5][i]), 1);
+});
+
+Deno.test("tolerance() lets avg of floats round, and nothing else", () => {
+  const ctx = (op: ReduceOp, dtype: DType = "float32") =>
+    benchContext(collective("allReduce"), { rank: 0, ranks: 3, count: 4, op, dtype });
+  const avg = tolerance(collective("allReduce"), ctx("avg"));
+  assert.ok(avg > 0 && avg < 1e-5);
+  assert.equal(tolerance(collective("allReduce"), ctx("sum")), 0);
+  assert.equal(tolerance(collective("allReduce"), ctx("avg", "int32")), 0);
+  assert.equal(tolerance(collective("allGather"), ctx("avg")), 0);
+  const third = Math.fround(Math.fround(7) * Math.fround(1 / 3));
+  assert.equal(countWrong(new Float32Array([third]), "float32", () => 7 / 3, avg), 0);
+  assert.equal(countWrong(new Float32Array([third + 1e-3]), "float32", () => 7 / 3, avg), 1);
+});
+
+const LABELS = { algorithm: "auto", transport: "shm", ranks: 4, dtype: "float32" };
+
+Deno.test("makeRow() computes algbw and nccl-tests' busbw once for every path", () => {
+  const row = makeRow(collective("allGather"), 1 << 20, 1000, 0, LABELS);
+  assert.equal(row.bytes, 4 << 20);
+  assert.ok(Math.abs(row.algbwGBs - 4.194304) < 1e-9);
+  assert.ok(Math.abs(row.busbwGBs - 4.194304 * 0.75) < 1e-9);
+  assert.deepEqual([row.redop, row.root], ["none", -1]);
+  const rooted = makeRow(collective("reduce"), 4, 1, -1, { ...LABELS, op: "max", root: 2 });
+  assert.deepEqual([rooted.redop, rooted.root, rooted.wrong], ["max", 2, -1]);
+});
+
+Deno.test("tableHeader() and tableRow() print nccl-tests' columns, aligned", () => {
+  const header = tableHeader().split("\n");
+  assert.deepEqual(header[0].split(/\s+/), [
+    "#",
+    "size",
+    "count",
+    "type",
+    "redop",
+    "root",
+    "time",
+    "algbw",
+    "busbw",
+    "#wrong",
+  ]);
+  const row = makeRow(collective("allReduce"), 2, 5.4321, 0, LABELS);
+  const line = tableRow([row]);
+  assert.deepEqual(line.trim().split(/\s+/), ["8", "2", "float32", "sum", "-1", "5.43", "0.00", "0.00", "0"]);
+  assert.equal(line.length, header[0].length);
+  assert.equal(line.indexOf("5.43") + 4, header[0].indexOf("time") + 4); // right-aligned under "time"
+  const unchecked = tableRow([{ ...row, wrong: -1 }]);
+  assert.match(unchecked, /N\/A$/);
+  // Groups side by side, a missing one dashed, extra columns after.
+  const grouped = tableHeader(["dcomm", "Gloo"], [{ title: "Gloo/dcomm", unit: "time", width: 10 }]).split(
+    "\n",
+  );
+  assert.equal(grouped.length, 3);
+  assert.match(grouped[0], /^#\s+dcomm\s+Gloo$/);
+  const both = tableRow([row, undefined], ["2.00"], [10]);
+  assert.equal(both.length, grouped[1].length);
+  assert.deepEqual(both.trim().split(/\s+/).slice(9), ["–", "–", "–", "–", "2.00"]);
+  assert.throws(() => tableRow([undefined]), RangeError);
+});
+
+Deno.test("sweepSizes() and parseBytes() follow nccl-tests' -b -e -f", () => {
+  assert.deepEqual(sweepSizes(8, 512, 8), [8, 64, 512]);
+  assert.deepEqual(sweepSizes(1, 3, 1.1), [1, 2, 3]);
+  assert.throws(() => sweepSizes(8, 4, 2), {
+    message: "Invalid sizes: expected 1 <= -b <= -e, found -b 8 -e 4",
+  });
+  assert.throws(() => sweepSizes(8, 64, 1), RangeError);
+  assert.deepEqual(["8", "64K", "1M", "2g", "1.5K", "16B"].map(parseBytes), [
+    8,
+    65536,
+    1 << 20,
+    2 * 1024 ** 3,
+    1536,
+    16,
+  ]);
+  assert.throws(() => parseBytes("lots"), {
+    message: 'Invalid size: expected a number with an optional K, M or G suffix, found "lots"',
+  });
+});
+
+Deno.test("mergeRows() replaces this run's rows and keeps the rest, rows of before the harness included", () => {
+  const file = Deno.makeTempFileSync({ suffix: ".json" });
+  try {
+    const old = {
+      collective: "allReduce",
+      algorithm: "auto",
+      transport: "shm",
+      ranks: 2,
+      dtype: "float32",
+      bytes: 8,
+    };
+    Deno.writeTextFileSync(file, JSON.stringify([{ ...old, timeUs: 600 }, { ...old, bytes: 64, timeUs: 7 }]));
+    const fresh = makeRow(collective("allReduce"), 2, 5, 0, { ...LABELS, ranks: 2 });
+    assert.equal(rowKey(fresh), rowKey(old));
+    const max = makeRow(collective("allReduce"), 2, 6, 0, { ...LABELS, ranks: 2, op: "max" });
+    mergeRows(file, [fresh, max]);
+    const rows = JSON.parse(Deno.readTextFileSync(file)) as BenchRow[];
+    assert.deepEqual(rows.map((r) => [r.bytes, r.redop ?? "(none)", r.timeUs]), [[64, "(none)", 7], [
+      8,
+      "sum",
+      5,
+    ], [
+      8,
+      "max",
+      6,
+    ]]);
+  } finally {
+    Deno.removeSync(file);
+  }
+});
+
+/** The sweep on `ranks` threads, each rank's result. */
+function sweep(ranks: number, args: HarnessArgs): Promise<HarnessResult[]> {
+  return spawnThreads(FIXTURE, { worldSize: ranks, args, timeoutMs: 60_000 }) as Promise<HarnessResult[]>;
+}
+
+Deno.test("runSweep() measures every collective on 3 ranks with no wrong element, inputs written once", async () => {
+  for (const d of COLLECTIVES) {
+    const results = await sweep(3, { collective: d.name, sizes: [12, 96], op: "sum", root: 1 });
+    const rows = results[0].rows;
+    assert.deepEqual(rows.map((r) => [r.collective, r.bytes, r.wrong]), [[d.name, 12, 0], [d.name, 96, 0]]);
+    // Every rank agrees (the slowest rank's time, the wrong elements of all).
+    assert.deepEqual(results.map((r) => r.rows), [rows, rows, rows]);
+    for (const r of results) {
+      assert.equal(r.duringTiming, 0, `${d.name}: nothing but calls while timing`);
+      // Once per size; in-place sums once more for the checked call.
+      const again = d.stable(benchContext(d, { rank: 0, ranks: 3, count: 3 })) ? 1 : 2;
+      assert.deepEqual(r.writes, [again, again], d.name);
+      // 1 warm-up + 4 timed per size, and the checked call of the unstable ones.
+      assert.equal(r.calls, 2 * (5 + again - 1), d.name);
+    }
+  }
+});
+
+Deno.test("runSweep() checks min, max, avg and prod exactly, on what the timed calls left where it can", async () => {
+  // [ranks, op, writes of the input]: a sum or product grows each call, so the check writes it again;
+  // avg on 3 ranks rounds 1/3, so it too; min, max and avg on 4 ranks keep the values.
+  const cases: [number, ReduceOp, number][] = [[4, "min", 1], [4, "max", 1], [4, "avg", 1], [3, "avg", 2], [
+    4,
+    "prod",
+    2,
+  ]];
+  for (const [ranks, op, writes] of cases) {
+    const [r] = await sweep(ranks, { collective: "allReduce", sizes: [64], op, iters: 5 });
+    assert.equal(r.rows[0].wrong, 0, `${op} on ${ranks} ranks`);
+    assert.equal(r.writes[0], writes, `${op} on ${ranks} ranks`);
+  }
+  const [bf16] = await sweep(2, { collective: "reduceScatter", sizes: [64], dtype: "bfloat16" });
+  assert.equal(bf16.rows[0].wrong, 0);
+});
+
+Deno.test("runSweep() counts the wrong elements of a broken collective", async () => {
+  for (const name of ["allReduce", "allGather"]) {
+    const skipped = await sweep(2, { collective: name, sizes: [64], broken: "skip" });
+    assert.ok(skipped[0].rows[0].wrong > 0, `${name} never called`);
+    const corrupt = await sweep(2, { collective: name, sizes: [64], broken: "corrupt" });
+    assert.equal(corrupt[0].rows[0].wrong, 1, `${name} with one element off on rank 0`);
+  }
+  // A fault of the last timed calls only: the check of what they left sees it (a checked call after them
+  // would not).
+  const late = await sweep(2, { collective: "allToAll", sizes: [64], broken: "late" });
+  assert.equal(late[0].rows[0].wrong, 1);
+});
+
+const ENV_DROP =
+  /^(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|MASTER_ADDR|MASTER_PORT|PMI_.*|SLURM_.*|OMPI_.*|TORCHELASTIC_.*|DCOMM_.*)$/;
+
+/** Runs bench/collectives.ts; returns its exit code, stdout and the rows it wrote. */
+async function cli(args: string[]): Promise<{ code: number; stdout: string; rows: BenchRow[] }> {
+  const out = await Deno.makeTempFile({ suffix: ".json" });
+  await Deno.remove(out);
+  const env = Object.fromEntries(Object.entries(Deno.env.toObject()).filter(([k]) => !ENV_DROP.test(k)));
+  try {
+    const run = await new Deno.Command(Deno.execPath(), {
+      args: ["run", "-A", COLLECTIVES_CLI, ...args, "--out", out],
+      env,
+      clearEnv: true,
+      stdout: "piped",
+      stderr: "piped",
+      signal: AbortSignal.timeout(120_000),
+    }).output();
+    const stdout = new TextDecoder().decode(run.stdout);
+    const rows = run.success ? JSON.parse(await Deno.readTextFile(out)) as BenchRow[] : [];
+    if (!run.success) console.error(stdout, new TextDecoder().decode(run.stderr));
+    return { code: run.code, stdout, rows };
+  } finally {
+    await Deno.remove(out).catch(() => {});
+  }
+}
+
+/** The table's lines (those that start with a size). */
+function tableLines(stdout: string): string[][] {
+  return stdout.split("\n").filter((l) => /^\s+\d+\s/.test(l)).map((l) => l.trim().split(/\s+/));
+}
+
+Deno.test("bench/collectives.ts --ranks 2 prints one checked row per size and writes them", async () => {
+  const { code, stdout, rows } = await cli(
+    ["--ranks", "2", "-b", "8", "-e", "1K", "-f", "8", "-n", "5", "-w", "2", "--jit-warmup", "20"],
+  );
+  assert.equal(code, 0);
+  const lines = tableLines(stdout);
+  assert.deepEqual(lines.map((l) => [l[0], l[1], l[2], l[3], l[4], l[8]]), [
+    ["8", "2", "float32", "sum", "-1", "0"],
+    ["64", "16", "float32", "sum", "-1", "0"],
+    ["512", "128", "float32", "sum", "-1", "0"],
+  ]);
+  assert.match(stdout, /# 3 sizes, 0 wrong elements/);
+  assert.deepEqual(rows.map((r) => [r.collective, r.ranks, r.bytes, r.count, r.wrong]), [
+    ["allReduce", 2, 8, 2, 0],
+    ["allReduce", 2, 64, 16, 0],
+    ["allReduce", 2, 512, 128, 0],
+  ]);
+  for (const r of rows) assert.ok(r.timeUs > 0 && r.busbwGBs === r.algbwGBs, "2(n-1)/n = 1 on 2 ranks");
+});
+
+Deno.test("bench/collectives.ts runs a rooted collective with -r and -o", async () => {
+  const { code, stdout } = await cli(
+    [
+      "--ranks",
+      "2",
+      "--collective",
+      "reduce",
+      "-o",
+      "max",
+      "-r",
+      "1",
+      "-b",
+      "64",
+      "-e",
+      "64",
+      "-n",
+      "3",
+      "-w",
+      "1",
+      "--jit-warmup",
+      "0",
+    ],
+  );
+  assert.equal(code, 0);
+  assert.deepEqual(tableLines(stdout).map((l) => [l[0], l[3], l[4], l[8]]), [["64", "max", "1", "0"]]);
+});
+
+const noMpi = hasCommand("mpiexec") && hasCommand("mpicc")
+  ? undefined
+  : "mpiexec or mpicc not found (apt-get install mpich libmpich-dev)";
+
+gatedTest(
+  "bench/collectives.ts --backend mpi runs other collectives under mpiexec",
+  { missing: noMpi },
+  async () => {
+    const { code, stdout, rows } = await cli(
+      [
+        "--backend",
+        "mpi",
+        "--ranks",
+        "2",
+        "--collective",
+        "allGather",
+        "-b",
+        "8",
+        "-e",
+        "64",
+        "-f",
+        "8",
+        "-n",
+        "3",
+        "-w",
+        "1",
+        "--jit-warmup",
+        "0",
+      ],
+    );
+    assert.equal(code, 0);
+    assert.deepEqual(tableLines(stdout).map((l) => [l[0], l[3], l[8]]), [["8", "none", "0"], [
+      "64",
+      "none",
+      "0",
+    ]]);
+    assert.deepEqual(rows.map((r) => [r.transport, r.algorithm, r.wrong]), [["mpi", "mpi", 0], [
+      "mpi",
+      "mpi",
+      0,
+    ]]);
+  },
+);
+
+gatedTest(
+  "bench/collectives.ts --peer mpi puts dcomm and MPICH in one table",
+  { missing: noMpi },
+  async () => {
+    const { code, stdout, rows } = await cli(
+      [
+        "--ranks",
+        "2",
+        "--peer",
+        "mpi",
+        "-b",
+        "8",
+        "-e",
+        "64",
+        "-f",
+        "8",
+        "-n",
+        "3",
+        "-w",
+        "1",
+        "--trials",
+        "1",
+        "--rounds",
+        "1",
+        "--jit-warmup",
+        "10",
+      ],
+    );
+    assert.equal(code, 0);
+    const lines = tableLines(stdout);
+    // bench/mpi.ts's table, then the side-by-side one: 3 groups of time algbw busbw #wrong.
+    assert.equal(lines.length, 4);
+    for (const l of lines) assert.deepEqual([l[8], l[12], l[16]], ["0", "0", "0"]);
+    assert.deepEqual(rows.map((r) => `${r.runner}:${r.bytes}:${r.wrong}`).sort(), [
+      "c-inproc:64:0",
+      "c-inproc:8:0",
+      "c:64:0",
+      "c:8:0",
+      "dcomm:64:0",
+      "dcomm:8:0",
+    ]);
+  },
+);
+
+Deno.test("parseNcclArgs() takes nccl-tests' flags and refuses unknown collectives before NCCL starts", () => {
+  const flags = parseNcclArgs([
+    "-b",
+    "1K",
+    "-e",
+    "1M",
+    "-f",
+    "4",
+    "-o",
+    "max",
+    "-d",
+    "half",
+    "-r",
+    "1",
+    "--collectives",
+    "allGather,reduce",
+  ]);
+  assert.deepEqual(flags.bench, {
+    minBytes: 1024,
+    maxBytes: 1 << 20,
+    stepFactor: 4,
+    iters: 20,
+    warmup: 5,
+    check: true,
+    op: "max",
+    dtype: "float16",
+    root: 1,
+    collectives: ["allGather", "reduce"],
+  });
+  assert.deepEqual(parseNcclArgs(["--quick"]).bench.maxBytes, 64 << 20);
+  assert.throws(() => parseNcclArgs(["--collectives", "allgather"]), /Unknown collective/);
+  assert.throws(() => parseNcclArgs(["-n", "0"]), /Invalid -n/);
+  assert.throws(() => parseNcclArgs(["-f", "1"]), /Invalid -f/);
+});
