@@ -15,7 +15,7 @@
  *
  * @example All-reduce on a world of one (start more ranks with `jsr:@dcomm/dcomm/launch`)
  * ```ts
- * import { init } from "./mod.ts";
+ * import { init } from "@dcomm/dcomm";
  * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
  * const grad = new Float32Array([1, 2, 3]);
  * const work = pg.allReduce(grad, { op: "avg" }); // runs on the communication thread
@@ -25,7 +25,7 @@
  *
  * @example Kernels (`@dcomm/dcomm/kernels`)
  * ```ts
- * import { kernels } from "./wasm/kernels.ts";
+ * import { kernels } from "@dcomm/dcomm/kernels";
  * const k = await kernels();
  * const a = new Float32Array([1, 2, 3]);
  * k.reduce(a, new Float32Array([10, 20, 30]), { op: "sum" });

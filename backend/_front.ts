@@ -96,6 +96,8 @@ export interface CallRecord {
 /**
  * A process group's front: the collectives of {@linkcode ProcessGroup}, checked and turned into records
  * that the backend's {@linkcode GroupFront.execute} runs. `W` is the backend's kind of Work.
+ *
+ * @internal Every backend's group extends it; users see only {@linkcode ProcessGroup}.
  */
 export abstract class GroupFront<W extends Work = Work> implements ProcessGroup {
   /** This rank within the group, or -1 if this rank is not a member. */

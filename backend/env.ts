@@ -19,7 +19,7 @@ import { slurmLocalWorldSize, slurmStepTasks, slurmStoreHost, slurmStorePort } f
  *
  * @example From the variables srun sets (`srun -N 2 -n 8`, task 5)
  * ```ts
- * import { type RankInfo, rankInfo } from "./env.ts";
+ * import { type RankInfo, rankInfo } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * const env = {
  *   SLURM_JOB_ID: "4242",
@@ -102,7 +102,7 @@ function int(env: Readonly<Record<string, string | undefined>>, name: string): n
  *
  * @example Explicit values win
  * ```ts
- * import { rankInfo, type RankInfoOptions } from "./env.ts";
+ * import { rankInfo, type RankInfoOptions } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * const options: RankInfoOptions = { rank: 0, worldSize: 2 };
  * const info = rankInfo({ RANK: "3", WORLD_SIZE: "4" }, options);
@@ -131,7 +131,7 @@ export interface RankInfoOptions {
  *
  * @example From torchrun's variables
  * ```ts
- * import { rankInfo } from "./env.ts";
+ * import { rankInfo } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * const info = rankInfo({ RANK: "1", WORLD_SIZE: "4", MASTER_ADDR: "10.0.0.1", MASTER_PORT: "29500" });
  * assert.equal(info.rank, 1);

@@ -23,7 +23,7 @@ export type { SegmentOptions };
  *
  * @example A one-rank world over TCP, without the host segment
  * ```ts
- * import { init, type InitOptions } from "./init.ts";
+ * import { init, type InitOptions } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * const options: InitOptions = { rank: 0, worldSize: 1, env: {}, transport: "tcp", segment: false };
  * await using pg = await init({ ...options, timeoutMs: 30_000 });
@@ -88,7 +88,7 @@ export interface InitOptions {
  *
  * @example A one-rank world
  * ```ts
- * import { init } from "./init.ts";
+ * import { init } from "@dcomm/dcomm";
  * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
  * const grad = new Float32Array([1, 2, 3]);
  * await pg.allReduce(grad, { op: "avg" });

@@ -16,8 +16,7 @@ import type { Work } from "./work.ts";
  *
  * @example Tensors of several dtypes, and float16 in a `Uint16Array`
  * ```ts
- * import { init } from "./init.ts";
- * import type { Tensor } from "./process_group.ts";
+ * import { init, type Tensor } from "@dcomm/dcomm";
  * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
  * const tensors: Tensor[] = [new Float32Array([1, 2]), new Int32Array([3]), new Float64Array([4])];
  * for (const t of tensors) await pg.allReduce(t);
@@ -34,9 +33,7 @@ export type Tensor = TypedArray;
  *
  * @example The cpu backend refuses a device tensor
  * ```ts
- * import { init } from "./init.ts";
- * import type { DeviceTensor } from "./process_group.ts";
- * import { UnsupportedError } from "../core/errors.ts";
+ * import { type DeviceTensor, init, UnsupportedError } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * // The shape of a DeviceBuffer (gpu/device_buffer.ts): here an empty one, so no GPU is needed.
  * const t: DeviceTensor = { dtype: "float32", length: 0, byteLength: 0, device: 0, pointer: null };
@@ -62,9 +59,9 @@ export interface DeviceTensor {
  *
  * @example Telling host tensors from device tensors
  * ```ts
- * import { type AnyTensor, isDeviceTensor } from "./process_group.ts";
+ * import type { AnyTensor } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
- * const where = (t: AnyTensor): string => isDeviceTensor(t) ? `GPU ${t.device}` : "host";
+ * const where = (t: AnyTensor): string => "device" in t ? `GPU ${t.device}` : "host";
  * assert.equal(where(new Float32Array(4)), "host");
  * assert.equal(where({ dtype: "float32", length: 4, byteLength: 16, device: 1, pointer: null }), "GPU 1");
  * ```
@@ -88,8 +85,7 @@ export function isDeviceTensor(value: unknown): value is DeviceTensor {
  *
  * @example A timeout and an abort signal
  * ```ts
- * import { init } from "./init.ts";
- * import type { CallOptions } from "./process_group.ts";
+ * import { type CallOptions, init } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
  * const controller = new AbortController();
@@ -113,8 +109,7 @@ export interface CallOptions {
  *
  * @example An average over the ring algorithm
  * ```ts
- * import { init } from "./init.ts";
- * import type { ReduceOptions } from "./process_group.ts";
+ * import { init, type ReduceOptions } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
  * const grad = new Float32Array([1, 2, 3]);
@@ -166,8 +161,7 @@ export interface ReduceOptions extends CallOptions {
  *
  * @example A 1-bit all-reduce with error feedback on a world of one
  * ```ts
- * import { init } from "./init.ts";
- * import type { Compression } from "./process_group.ts";
+ * import { type Compression, init } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
  * const grad = new Float32Array([0.5, -1.5, 1, 3]);
@@ -217,8 +211,7 @@ export interface Compression {
  *
  * @example Broadcasting rank 0's weights along a chain
  * ```ts
- * import { init } from "./init.ts";
- * import type { RootOptions } from "./process_group.ts";
+ * import { init, type RootOptions } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
  * const weights = new Float32Array([0.5, -1]);
@@ -239,8 +232,7 @@ export interface RootOptions extends CallOptions {
  *
  * @example The maximum, on rank 0 only
  * ```ts
- * import { init } from "./init.ts";
- * import type { RootReduceOptions } from "./process_group.ts";
+ * import { init, type RootReduceOptions } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
  * const loss = new Float64Array([0.25]);
@@ -259,8 +251,7 @@ export interface RootReduceOptions extends ReduceOptions {
  *
  * @example An all-gather by recursive doubling
  * ```ts
- * import { init } from "./init.ts";
- * import type { AlgorithmOptions } from "./process_group.ts";
+ * import { type AlgorithmOptions, init } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
  * const input = new Float32Array([1, 2]);
@@ -280,8 +271,7 @@ export interface AlgorithmOptions extends CallOptions {
  *
  * @example A sub-group with its own default timeout
  * ```ts
- * import { init } from "./init.ts";
- * import type { GroupOptions } from "./process_group.ts";
+ * import { type GroupOptions, init } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
  * const options: GroupOptions = { timeoutMs: 60_000 };
@@ -300,8 +290,7 @@ export interface GroupOptions {
  *
  * @example Averaging gradients with any backend's group
  * ```ts
- * import { init } from "./init.ts";
- * import type { ProcessGroup } from "./process_group.ts";
+ * import { init, type ProcessGroup } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * async function averageGradients(pg: ProcessGroup, grads: Float32Array[]): Promise<void> {
  *   await Promise.all(grads.map((g) => pg.allReduce(g, { op: "avg" })));
@@ -385,8 +374,7 @@ export interface ProcessGroup extends AsyncDisposable {
  *
  * @example A float64 tensor for collectives
  * ```ts
- * import { init } from "./init.ts";
- * import type { AllocOptions } from "./process_group.ts";
+ * import { type AllocOptions, init } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
  * const options: AllocOptions = { dtype: "float64" };

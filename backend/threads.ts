@@ -4,13 +4,12 @@
  * module. For tests, and for CPU training on one machine without a launcher.
  *
  * ```ts
- * import { spawnThreads } from "./threads.ts";
+ * import { spawnThreads } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
- * // train.ts, the rank module (written to a temporary file here; import "jsr:@dcomm/dcomm" in yours)
- * const dcomm = new URL("../mod.ts", import.meta.url).href;
+ * // train.ts, the rank module (written to a temporary file here)
  * const train = await Deno.makeTempFile({ suffix: ".ts" });
  * await Deno.writeTextFile(train, `
- *   import type { ProcessGroup, ThreadContext } from "${dcomm}";
+ *   import type { ProcessGroup, ThreadContext } from "@dcomm/dcomm";
  *   export async function main(pg: ProcessGroup, ctx: ThreadContext): Promise<number> {
  *     const grad = new Float32Array(4).fill(pg.rank);
  *     await pg.allReduce(grad);
@@ -37,9 +36,7 @@ import type { ThreadReply, ThreadStart } from "./_thread_protocol.ts";
  *
  * @example A `main` that reads its `args` (called here on a world of one, as a test would)
  * ```ts
- * import type { ThreadContext } from "./threads.ts";
- * import type { ProcessGroup } from "./process_group.ts";
- * import { init } from "./init.ts";
+ * import { init, type ProcessGroup, type ThreadContext } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * async function main(pg: ProcessGroup, ctx: ThreadContext): Promise<number> {
  *   const { scale } = ctx.args as { scale: number };
@@ -61,7 +58,7 @@ export interface ThreadContext {
  *
  * @example Two ranks, each handed the same `args`
  * ```ts
- * import { spawnThreads, type SpawnThreadsOptions } from "./threads.ts";
+ * import { spawnThreads, type SpawnThreadsOptions } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * const rank = await Deno.makeTempFile({ suffix: ".ts" });
  * await Deno.writeTextFile(rank, `
@@ -104,11 +101,11 @@ export interface SpawnThreadsOptions {
  *
  * @example Two ranks take the maximum of their values
  * ```ts
- * import { spawnThreads } from "./threads.ts";
+ * import { spawnThreads } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * const rank = await Deno.makeTempFile({ suffix: ".ts" });
  * await Deno.writeTextFile(rank, `
- *   import type { ProcessGroup, ThreadContext } from "${new URL("../mod.ts", import.meta.url)}";
+ *   import type { ProcessGroup, ThreadContext } from "@dcomm/dcomm";
  *   export async function main(pg: ProcessGroup, ctx: ThreadContext): Promise<number> {
  *     const x = new Float64Array([pg.rank * (ctx.args as number)]);
  *     await pg.allReduce(x, { op: "max" });
@@ -121,7 +118,7 @@ export interface SpawnThreadsOptions {
  *
  * @example A rank's error, rethrown as it was thrown
  * ```ts
- * import { spawnThreads } from "./threads.ts";
+ * import { spawnThreads } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * const rank = await Deno.makeTempFile({ suffix: ".ts" });
  * await Deno.writeTextFile(rank, `export function main(pg: { rank: number }): number {

@@ -11,8 +11,7 @@
  *
  * @example Reading an all-reduce's report
  * ```ts
- * import { init } from "./init.ts";
- * import type { WorkReport } from "./work.ts";
+ * import { init, type WorkReport } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * await using pg = await init({ rank: 0, worldSize: 1, env: {}, transport: "tcp" });
  * const report: WorkReport | undefined = await pg.allReduce(new Float32Array(256)).wait();
@@ -98,7 +97,7 @@ export function workReport(init: WorkReportInit): WorkReport {
  *
  * @example Computing while a collective runs
  * ```ts
- * import { init } from "./init.ts";
+ * import { init } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
  * const work = pg.allReduce(new Float32Array([1, 2, 3])); // runs on the communication thread
@@ -111,7 +110,7 @@ export function workReport(init: WorkReportInit): WorkReport {
  *
  * @example A failure is kept until someone waits
  * ```ts
- * import { init } from "./init.ts";
+ * import { init } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
  * const work = pg.barrier({ signal: AbortSignal.abort("stop") }); // no unhandled rejection

@@ -10,6 +10,14 @@ import type { LaunchOptions, StdSpec, StdStreams } from "./launch.ts";
 /**
  * A command line {@linkcode parseLaunchArgs} cannot read: an unknown flag, a flag without its value, a
  * value of the wrong form. The CLI prints its message and a usage line, and exits with code 2.
+ *
+ * @example A flag without its value
+ * ```ts
+ * import { LaunchUsageError, parseLaunchArgs } from "@dcomm/dcomm/launch";
+ * import assert from "node:assert/strict";
+ * assert.throws(() => parseLaunchArgs(["--nproc-per-node"], {}), LaunchUsageError);
+ * assert.throws(() => parseLaunchArgs(["--nprocs", "2", "train.ts"], {}), { name: "LaunchUsageError" });
+ * ```
  */
 export class LaunchUsageError extends Error {
   /**
@@ -23,7 +31,22 @@ export class LaunchUsageError extends Error {
   }
 }
 
-/** What {@linkcode parseLaunchArgs} read from a command line and the environment. */
+/**
+ * What {@linkcode parseLaunchArgs} read from a command line and the environment.
+ *
+ * @example `--help`, and a command line with the variable it fell back to
+ * ```ts
+ * import { type LaunchArgs, parseLaunchArgs } from "@dcomm/dcomm/launch";
+ * import assert from "node:assert/strict";
+ * const help: LaunchArgs = parseLaunchArgs(["--help"], {});
+ * assert.equal(help.help, true);
+ * assert.equal(help.options, undefined);
+ * const args = parseLaunchArgs(["--monitor-interval", "5", "train.ts"], { PET_NPROC_PER_NODE: "4" });
+ * assert.equal(args.options?.nprocPerNode, 4);
+ * assert.deepEqual(args.fromEnv, { PET_NPROC_PER_NODE: "4" });
+ * assert.equal(args.monitorInterval, 5);
+ * ```
+ */
 export interface LaunchArgs {
   /** Whether `-h`/`--help` was given (then nothing else is read). */
   help: boolean;
@@ -136,7 +159,7 @@ function parseStd(text: string, source: string): StdSpec {
  *
  * @example Flags win over PyTorchJob's PET_* variables
  * ```ts
- * import { parseLaunchArgs } from "./launch.ts";
+ * import { parseLaunchArgs } from "@dcomm/dcomm/launch";
  * import assert from "node:assert/strict";
  *
  * const env = { PET_NNODES: "2", PET_NODE_RANK: "1", PET_NPROC_PER_NODE: "4", PET_MASTER_ADDR: "job-master-0" };

@@ -30,10 +30,34 @@ import { ncclBackendMissing } from "../backend/nccl/create.ts";
 export type { CudaStatus, DeviceInfo } from "../gpu/device.ts";
 export type { FeatureGate, FeatureSupport, NcclFeature } from "../ffi/nccl/features.ts";
 
-/** The backends doctor judges. */
+/**
+ * The backends doctor judges.
+ *
+ * @example The backends that can run here
+ * ```ts
+ * import { type BackendName, doctor } from "@dcomm/dcomm/doctor";
+ * import assert from "node:assert/strict";
+ * const { backends } = await doctor();
+ * const usable = (Object.keys(backends) as BackendName[]).filter((name) => backends[name].ok);
+ * assert.ok(usable.includes("cpu")); // the cpu backend runs wherever Deno does
+ * ```
+ */
 export type BackendName = "cpu" | "nccl" | "mpi";
 
-/** Whether something was found, where, and its version or the problem. */
+/**
+ * Whether something was found, where, and its version or the problem.
+ *
+ * @example Each native library, found or not
+ * ```ts
+ * import { doctor, type LibraryReport } from "@dcomm/dcomm/doctor";
+ * import assert from "node:assert/strict";
+ * const { libraries } = await doctor();
+ * const line = (lib: LibraryReport): string =>
+ *   lib.found ? `${lib.name} ${lib.version} at ${lib.path}` : `${lib.name}: ${lib.problem?.split("\n")[0]}`;
+ * libraries.forEach((lib) => console.log(line(lib)));
+ * assert.deepEqual(libraries.map((lib) => lib.name), ["NCCL", "CUDA runtime", "libibverbs", "MPI"]);
+ * ```
+ */
 export interface LibraryReport {
   /** The library, e.g. `"NCCL"`. */
   readonly name: string;
@@ -52,7 +76,20 @@ export interface LibraryReport {
   readonly tried?: readonly string[];
 }
 
-/** One GPU as doctor reports it. */
+/**
+ * One GPU as doctor reports it.
+ *
+ * @example Every GPU CUDA sees (none without a usable GPU)
+ * ```ts
+ * import { doctor, type GpuReport } from "@dcomm/dcomm/doctor";
+ * import assert from "node:assert/strict";
+ * const { cuda, gpus } = await doctor();
+ * const line = (gpu: GpuReport): string =>
+ *   gpu.problem ?? `GPU ${gpu.index}: ${gpu.name ?? "?"}, sm_${gpu.sm}, GPUDirect RDMA ${gpu.gpuDirectRdma}`;
+ * gpus.forEach((gpu) => console.log(line(gpu)));
+ * assert.equal(gpus.length, cuda.available ? cuda.deviceCount : 0);
+ * ```
+ */
 export interface GpuReport extends Partial<DeviceInfo> {
   /** The device index. */
   readonly index: number;
@@ -64,7 +101,19 @@ export interface GpuReport extends Partial<DeviceInfo> {
   readonly problem?: string;
 }
 
-/** What doctor found. */
+/**
+ * What doctor found.
+ *
+ * @example The report as JSON (`deno task doctor --json`)
+ * ```ts
+ * import { doctor, type DoctorReport } from "@dcomm/dcomm/doctor";
+ * import assert from "node:assert/strict";
+ * const report: DoctorReport = JSON.parse(JSON.stringify(await doctor()));
+ * assert.equal(report.deno.version, Deno.version.deno);
+ * assert.equal(report.backends.cpu.ok, true);
+ * assert.equal(report.ncclFeatures.length === 0, !report.libraries[0].found); // no NCCL, no features
+ * ```
+ */
 export interface DoctorReport {
   /** Deno and the platform. */
   readonly deno: {
@@ -98,7 +147,22 @@ export interface DoctorReport {
   readonly backends: Readonly<Record<BackendName, { readonly ok: boolean; readonly reason?: string }>>;
 }
 
-/** Files whose presence means a GPU peer-memory module is loaded (as NCCL checks). */
+/**
+ * Files whose presence means a GPU peer-memory module is loaded (as NCCL checks).
+ *
+ * @example Is a peer-memory module loaded?
+ * ```ts
+ * import { PEER_MEMORY_VERSION_FILES } from "@dcomm/dcomm/doctor";
+ * const loaded = PEER_MEMORY_VERSION_FILES.filter((file) => {
+ *   try {
+ *     return Deno.statSync(file).isFile;
+ *   } catch {
+ *     return false;
+ *   }
+ * });
+ * console.log(loaded.length ? `peer memory: ${loaded[0]}` : "no peer-memory module (dma-buf may work)");
+ * ```
+ */
 export const PEER_MEMORY_VERSION_FILES: readonly string[] = [
   "/sys/module/nvidia_peermem/version",
   "/sys/kernel/mm/memory_peers/nv_mem/version",
@@ -106,7 +170,18 @@ export const PEER_MEMORY_VERSION_FILES: readonly string[] = [
   "/sys/module/nv_peer_mem/version",
 ];
 
-/** The tuning variables the `nccl` backend's options set, shown in their own section. */
+/**
+ * The tuning variables the `nccl` backend's options set, shown in their own section.
+ *
+ * @example The variables of a tuning that sets every option
+ * ```ts
+ * import { TUNING_VARIABLES } from "@dcomm/dcomm/doctor";
+ * import { tuningEnv } from "@dcomm/dcomm/nccl";
+ * import assert from "node:assert/strict";
+ * const all = tuningEnv({ algo: "Ring", proto: "Simple", buffSize: 1 << 22, minCTAs: 2, maxCTAs: 8 });
+ * assert.deepEqual(Object.keys(all), TUNING_VARIABLES);
+ * ```
+ */
 export const TUNING_VARIABLES: readonly string[] = [
   "NCCL_ALGO",
   "NCCL_PROTO",
@@ -142,6 +217,14 @@ function readText(path: string): string | undefined {
  *
  * @param path What the loader opened.
  * @returns The real file, or `path` itself when it cannot be resolved.
+ *
+ * @example
+ * ```ts
+ * import { resolveLibraryFile } from "@dcomm/dcomm/doctor";
+ * import assert from "node:assert/strict";
+ * assert.equal(resolveLibraryFile(Deno.execPath()), Deno.realPathSync(Deno.execPath()));
+ * assert.equal(resolveLibraryFile("/nowhere/libmissing.so.1"), "/nowhere/libmissing.so.1"); // left as it is
+ * ```
  */
 export function resolveLibraryFile(path: string): string {
   let file = path;
@@ -316,6 +399,13 @@ async function runOneRank(): Promise<{ ok: boolean; reason?: string }> {
  * Probes this machine.
  *
  * @returns The report; no probe throws.
+ *
+ * @example Can the nccl backend run here, and if not, why?
+ * ```ts
+ * import { doctor } from "@dcomm/dcomm/doctor";
+ * const { nccl } = (await doctor()).backends;
+ * console.log(nccl.ok ? "the nccl backend can run here" : `no nccl backend: ${nccl.reason}`);
+ * ```
  */
 export async function doctor(): Promise<DoctorReport> {
   const libraries: LibraryReport[] = [];
@@ -462,6 +552,15 @@ function gib(bytes: number | undefined): string {
  *
  * @param report What {@linkcode doctor} found.
  * @returns The text.
+ *
+ * @example What `deno task doctor` prints
+ * ```ts
+ * import { doctor, formatDoctor } from "@dcomm/dcomm/doctor";
+ * import assert from "node:assert/strict";
+ * const text = formatDoctor(await doctor());
+ * assert.match(text, /^dcomm doctor\n\nDeno\n/);
+ * assert.match(text, /\nNCCL features\n/);
+ * ```
  */
 export function formatDoctor(report: DoctorReport): string {
   const out: string[] = [];

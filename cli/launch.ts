@@ -42,16 +42,55 @@ export { type LaunchArgs, LaunchUsageError, parseLaunchArgs } from "./_launch_ar
 /**
  * Which of a rank's streams a `--redirects` or `--tee` value names, torchrun's `Std`: 0 none, 1 stdout,
  * 2 stderr, 3 both.
+ *
+ * @example
+ * ```ts
+ * import { parseLaunchArgs, type StdStreams } from "@dcomm/dcomm/launch";
+ * import assert from "node:assert/strict";
+ * const both: StdStreams = 3;
+ * assert.equal(parseLaunchArgs(["--redirects", "3", "train.ts"], {}).options?.redirects, both);
+ * ```
  */
 export type StdStreams = 0 | 1 | 2 | 3;
 
 /**
  * A `--redirects` or `--tee` setting: one value for every local rank (`3`), or one per local rank
  * (`{ 0: 3, 1: 2 }`, torchrun's `0:3,1:2`; local ranks not named get 0).
+ *
+ * @example torchrun's per-rank form
+ * ```ts
+ * import { parseLaunchArgs, type StdSpec } from "@dcomm/dcomm/launch";
+ * import assert from "node:assert/strict";
+ * const tee: StdSpec = { 0: 3, 1: 2 }; // local rank 0: both streams, local rank 1: stderr
+ * assert.deepEqual(parseLaunchArgs(["-t", "0:3,1:2", "train.ts"], {}).options?.tee, tee);
+ * ```
  */
 export type StdSpec = StdStreams | Readonly<Record<number, StdStreams>>;
 
-/** What {@linkcode launch} needs. */
+/**
+ * What {@linkcode launch} needs.
+ *
+ * @example Two ranks whose stdout also goes to log files, in torchrun's layout
+ * ```ts
+ * import { launch, type LaunchOptions } from "@dcomm/dcomm/launch";
+ * import assert from "node:assert/strict";
+ * const logDir = await Deno.makeTempDir();
+ * const options: LaunchOptions = {
+ *   nprocPerNode: 2,
+ *   noDeno: true, // the command runs as it is, not with `deno run`
+ *   command: [Deno.execPath(), "eval", "console.log('hello from rank', Deno.env.get('RANK'))"],
+ *   runId: "job-7",
+ *   logDir,
+ *   tee: 1, // stdout to the console and to the files
+ *   write: () => {}, // the console: here nowhere
+ * };
+ * const result = await launch(options);
+ * assert.equal(result.logDir, `${logDir}/job-7`);
+ * const log = await Deno.readTextFile(`${logDir}/job-7/attempt_0/1/stdout.log`);
+ * assert.equal(log, "hello from rank 1\n");
+ * await Deno.remove(logDir, { recursive: true });
+ * ```
+ */
 export interface LaunchOptions {
   /**
    * Processes on this node: a number, or as torchrun counts them, `"cpu"` (the CPUs this process may
@@ -141,13 +180,47 @@ export interface LaunchOptions {
   color?: boolean;
 }
 
-/** The signals the launcher forwards to its ranks. */
+/**
+ * The signals the launcher forwards to its ranks.
+ *
+ * @example The exit code of a launcher stopped by a signal
+ * ```ts
+ * import { type LaunchSignal, SIGNAL_NUMBERS } from "@dcomm/dcomm/launch";
+ * import assert from "node:assert/strict";
+ * const exitCode = (signal: LaunchSignal): number => 128 + SIGNAL_NUMBERS[signal];
+ * assert.equal(exitCode("SIGTERM"), 143);
+ * ```
+ */
 export type LaunchSignal = "SIGINT" | "SIGTERM";
 
-/** The number of each forwarded signal (the same on Linux and macOS), for the exit code 128 + n. */
+/**
+ * The number of each forwarded signal (the same on Linux and macOS), for the exit code 128 + n.
+ *
+ * @example
+ * ```ts
+ * import { SIGNAL_NUMBERS } from "@dcomm/dcomm/launch";
+ * import assert from "node:assert/strict";
+ * assert.deepEqual(SIGNAL_NUMBERS, { SIGINT: 2, SIGTERM: 15 }); // Ctrl-C exits 130, `kill` 143
+ * ```
+ */
 export const SIGNAL_NUMBERS: Readonly<Record<LaunchSignal, number>> = { SIGINT: 2, SIGTERM: 15 };
 
-/** How one rank ended. */
+/**
+ * How one rank ended.
+ *
+ * @example The summary of a rank that failed while another was stopped
+ * ```ts
+ * import { type RankExit, summarize } from "@dcomm/dcomm/launch";
+ * import assert from "node:assert/strict";
+ * const ranks: RankExit[] = [
+ *   { rank: 0, code: 143, signal: "SIGTERM", stopped: true, tail: [] },
+ *   { rank: 1, code: 1, signal: null, stopped: false, tail: ["error: Uncaught RangeError: bad batch"] },
+ * ];
+ * const text = summarize({ ranks, code: 1 });
+ * assert.match(text, /^Rank 1 exited with code 1; the launcher stopped the other ranks\./);
+ * assert.match(text, /\| error: Uncaught RangeError: bad batch/);
+ * ```
+ */
 export interface RankExit {
   /** Global rank. */
   rank: number;
@@ -161,7 +234,29 @@ export interface RankExit {
   tail: string[];
 }
 
-/** How one attempt of this node's ranks ended. */
+/**
+ * How one attempt of this node's ranks ended.
+ *
+ * @example A rank that fails on the first attempt only
+ * ```ts
+ * import { type AttemptResult, launch } from "@dcomm/dcomm/launch";
+ * import assert from "node:assert/strict";
+ * const { attempts, code } = await launch({
+ *   nprocPerNode: 2,
+ *   noDeno: true,
+ *   maxRestarts: 1,
+ *   command: [
+ *     Deno.execPath(),
+ *     "eval",
+ *     "if (Deno.env.get('RANK') === '1' && Deno.env.get('DCOMM_RESTART_COUNT') === '0') Deno.exit(3)",
+ *   ],
+ *   write: () => {},
+ * });
+ * assert.equal(code, 0);
+ * const [first, second]: AttemptResult[] = attempts;
+ * assert.deepEqual([first.attempt, first.code, second.attempt, second.code], [0, 3, 1, 0]);
+ * ```
+ */
 export interface AttemptResult {
   /** The attempt: 0, then 1 for the first restart, and so on (the ranks' `DCOMM_RESTART_COUNT`). */
   attempt: number;
@@ -173,7 +268,25 @@ export interface AttemptResult {
   signal?: LaunchSignal;
 }
 
-/** The outcome of a launch. */
+/**
+ * The outcome of a launch.
+ *
+ * @example A rank that exits non-zero, and the summary the launcher prints
+ * ```ts
+ * import { launch, type LaunchResult, summarize } from "@dcomm/dcomm/launch";
+ * import assert from "node:assert/strict";
+ * const result: LaunchResult = await launch({
+ *   nprocPerNode: 2,
+ *   noDeno: true,
+ *   command: [Deno.execPath(), "eval", "if (Deno.env.get('RANK') === '1') Deno.exit(3)"],
+ *   write: () => {},
+ * });
+ * assert.equal(result.code, 3); // the first failing rank's code
+ * assert.equal(result.attempts.length, 1);
+ * assert.equal(result.ranks.find((r) => !r.stopped && r.code !== 0)?.rank, 1);
+ * assert.match(summarize(result), /^Rank 1 exited with code 3/);
+ * ```
+ */
 export interface LaunchResult {
   /** Every rank of this node, in the last attempt. */
   ranks: RankExit[];
@@ -197,6 +310,13 @@ export interface LaunchResult {
  * stderr are terminals.
  *
  * @returns Whether to keep ANSI escape sequences.
+ *
+ * @example Colour only where someone reads it
+ * ```ts
+ * import { colorEnabled, stripAnsi } from "@dcomm/dcomm/launch";
+ * const line = "\x1b[31merror\x1b[0m: rank 1 failed";
+ * console.log(colorEnabled() ? line : stripAnsi(line));
+ * ```
  */
 export function colorEnabled(): boolean {
   let noColor: string | undefined;
@@ -218,6 +338,13 @@ const ANSI_ESCAPE = /\x1b\[[0-?]*[ -\/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|
  *
  * @param line The text.
  * @returns The text with every CSI, OSC and two-byte escape sequence removed.
+ *
+ * @example
+ * ```ts
+ * import { stripAnsi } from "@dcomm/dcomm/launch";
+ * import assert from "node:assert/strict";
+ * assert.equal(stripAnsi("\x1b[1;31merror\x1b[0m: Uncaught RangeError"), "error: Uncaught RangeError");
+ * ```
  */
 export function stripAnsi(line: string): string {
   return line.replace(ANSI_ESCAPE, "");
@@ -438,7 +565,7 @@ interface RunningAttempt {
  *
  * @example Two ranks of a command run as it is (here `deno eval`)
  * ```ts
- * import { launch } from "./launch.ts";
+ * import { launch } from "@dcomm/dcomm/launch";
  * import assert from "node:assert/strict";
  *
  * const lines: string[] = [];
@@ -709,7 +836,20 @@ function describeAttempt(a: AttemptResult): string {
   }`;
 }
 
-/** Options of {@linkcode summarize}. */
+/**
+ * Options of {@linkcode summarize}.
+ *
+ * @example Keeping a rank's colours in its last lines
+ * ```ts
+ * import { summarize, type SummarizeOptions } from "@dcomm/dcomm/launch";
+ * import assert from "node:assert/strict";
+ * const tail = ["\x1b[31merror\x1b[0m: out of memory"];
+ * const result = { code: 1, ranks: [{ rank: 0, code: 1, signal: null, stopped: false, tail }] };
+ * const options: SummarizeOptions = { color: true };
+ * assert.match(summarize(result, options), /\| \x1b\[31merror/);
+ * assert.match(summarize(result), /\| error: out of memory/);
+ * ```
+ */
 export interface SummarizeOptions {
   /** Keep ANSI escape sequences found in the ranks' last lines. @default false */
   color?: boolean;
@@ -723,6 +863,29 @@ export interface SummarizeOptions {
  * @param result What {@linkcode launch} returned (its attempts may be left out).
  * @param options Whether to keep colours.
  * @returns The text, several lines.
+ *
+ * @example Two attempts, the second successful
+ * ```ts
+ * import { type RankExit, summarize } from "@dcomm/dcomm/launch";
+ * import assert from "node:assert/strict";
+ * const ok = (rank: number): RankExit => ({ rank, code: 0, signal: null, stopped: false, tail: [] });
+ * const failed: RankExit = { rank: 1, code: 3, signal: null, stopped: false, tail: [] };
+ * const text = summarize({
+ *   code: 0,
+ *   ranks: [ok(0), ok(1)],
+ *   attempts: [
+ *     { attempt: 0, code: 3, ranks: [ok(0), failed] },
+ *     { attempt: 1, code: 0, ranks: [ok(0), ok(1)] },
+ *   ],
+ * });
+ * assert.equal(
+ *   text,
+ *   "All 2 ranks exited with code 0 on attempt 1\n" +
+ *     "Attempts: 2 ran (1 restart); 1 failed:\n" +
+ *     "  attempt 0: rank 1 exited with code 3\n" +
+ *     "  attempt 1: all 2 ranks exited with code 0",
+ * );
+ * ```
  */
 export function summarize(
   result: Pick<LaunchResult, "ranks" | "code" | "signal"> & Partial<Pick<LaunchResult, "attempts">>,

@@ -10,7 +10,7 @@
  *
  * @example Naming a dtype
  * ```ts
- * import { type DType, dtypeOf, dtypeSize } from "./dtype.ts";
+ * import { type DType, dtypeOf, dtypeSize } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * const dtype: DType = "bfloat16";
  * assert.equal(dtypeSize(dtype), 2);
@@ -36,7 +36,7 @@ export type DType =
  *
  * @example Listing the dtypes
  * ```ts
- * import { DTYPES, dtypeSize } from "./dtype.ts";
+ * import { DTYPES, dtypeSize } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * assert.equal(DTYPES.length, 10);
  * assert.ok(DTYPES.includes("float16"));
@@ -60,13 +60,15 @@ export const DTYPES: readonly DType[] = [
 /**
  * Reduction operators; `avg` divides the sum by the number of contributions (as NCCL's `ncclAvg`).
  *
- * @example Checking an operator from outside
+ * @example The maximum over the ranks; an unknown operator is refused before anything is sent
  * ```ts
- * import { checkOp, type ReduceOp } from "./dtype.ts";
+ * import { init, type ReduceOp } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
- * const op: ReduceOp = checkOp("avg");
- * assert.equal(op, "avg");
- * assert.throws(() => checkOp("mean"), TypeError);
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * const op: ReduceOp = "max";
+ * const loss = new Float32Array([0.25]);
+ * await pg.allReduce(loss, { op });
+ * assert.throws(() => pg.allReduce(loss, { op: "mean" as ReduceOp }), TypeError);
  * ```
  */
 export type ReduceOp = "sum" | "prod" | "min" | "max" | "avg";
@@ -77,7 +79,7 @@ export type ReduceOp = "sum" | "prod" | "min" | "max" | "avg";
  *
  * @example Parsing an operator from a command-line flag
  * ```ts
- * import { REDUCE_OPS, type ReduceOp } from "./dtype.ts";
+ * import { REDUCE_OPS, type ReduceOp } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * assert.deepEqual(REDUCE_OPS, ["sum", "prod", "min", "max", "avg"]);
  * const parse = (flag: string): ReduceOp | undefined => REDUCE_OPS.find((op) => op === flag);
@@ -92,7 +94,7 @@ export const REDUCE_OPS: readonly ReduceOp[] = ["sum", "prod", "min", "max", "av
  *
  * @example Taking any tensor
  * ```ts
- * import { dtypeOf, dtypeSize, type TypedArray } from "./dtype.ts";
+ * import { dtypeOf, dtypeSize, type TypedArray } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * const count = (t: TypedArray): number => t.byteLength / dtypeSize(dtypeOf(t));
  * assert.equal(count(new Float32Array(6)), 6);
@@ -148,7 +150,7 @@ const BYTES: Record<DType, number> = {
  *
  * @example Sizing a buffer
  * ```ts
- * import { dtypeSize } from "./dtype.ts";
+ * import { dtypeSize } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * assert.equal(dtypeSize("float32"), 4);
  * assert.equal(1024 * dtypeSize("bfloat16"), 2048);
@@ -168,7 +170,18 @@ export function isFloat(dtype: DType): boolean {
   return dtype === "float16" || dtype === "bfloat16" || dtype === "float32" || dtype === "float64";
 }
 
-/** Throws a TypeError unless `op` is a {@linkcode ReduceOp}. */
+/**
+ * Throws a TypeError unless `op` is a {@linkcode ReduceOp}.
+ *
+ * @example Checking an operator from outside
+ * ```ts
+ * import { checkOp, type ReduceOp } from "./dtype.ts";
+ * import assert from "node:assert/strict";
+ * const op: ReduceOp = checkOp("avg");
+ * assert.equal(op, "avg");
+ * assert.throws(() => checkOp("mean"), TypeError);
+ * ```
+ */
 export function checkOp(op: unknown): ReduceOp {
   if (typeof op !== "string" || !(REDUCE_OPS as readonly string[]).includes(op)) {
     throw new TypeError(`Unknown reduce op: expected one of ${REDUCE_OPS.join(", ")}, found ${String(op)}`);
@@ -202,7 +215,7 @@ export function arrayKind(a: unknown): string {
  *
  * @example Inferring dtypes
  * ```ts
- * import { dtypeOf } from "./dtype.ts";
+ * import { dtypeOf } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * assert.equal(dtypeOf(new Float32Array(4)), "float32");
  * assert.equal(dtypeOf(new Uint16Array(4), "bfloat16"), "bfloat16");

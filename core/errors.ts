@@ -11,7 +11,7 @@
  *
  * @example Giving a code and a cause
  * ```ts
- * import { DistError, type DistErrorOptions } from "./errors.ts";
+ * import { DistError, type DistErrorOptions } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * const options: DistErrorOptions = { code: "ABORTED", cause: new Error("stop") };
  * const error = new DistError("Aborted before it started: stop", options);
@@ -32,8 +32,7 @@ export interface DistErrorOptions {
  *
  * @example Catching a refused collective
  * ```ts
- * import { init } from "../backend/init.ts";
- * import { DistError } from "./errors.ts";
+ * import { DistError, init } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
  * const signal = AbortSignal.abort("stop");
@@ -45,7 +44,7 @@ export interface DistErrorOptions {
  *
  * @example Telling dcomm's failures from bad arguments
  * ```ts
- * import { DistError, TimeoutError } from "./errors.ts";
+ * import { DistError, TimeoutError } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * const error: unknown = new TimeoutError("Timed out after 10 ms waiting for rank 1");
  * assert.ok(error instanceof DistError);
@@ -76,8 +75,8 @@ export class DistError extends Error {
  *
  * @example A store get that nobody answers
  * ```ts
- * import { MemoryStore } from "../store/memory_store.ts";
- * import { DistError, StoreError, TimeoutError } from "./errors.ts";
+ * import { MemoryStore } from "@dcomm/dcomm/store";
+ * import { DistError, StoreError, TimeoutError } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * await using store = new MemoryStore();
  * await assert.rejects(store.get("rank1/address", { timeoutMs: 10 }), (e) =>
@@ -102,7 +101,7 @@ export class TimeoutError extends DistError {
  *
  * @example Reading which peer failed
  * ```ts
- * import { DistError, TransportError } from "./errors.ts";
+ * import { DistError, TransportError } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * const error = new TransportError("Rank 1 died (pid 4242) during all-reduce", { peer: 1 });
  * assert.ok(error instanceof DistError);
@@ -131,7 +130,7 @@ export class TransportError extends DistError {
  *
  * @example Reading a mismatch
  * ```ts
- * import { DistError, MismatchError } from "./errors.ts";
+ * import { DistError, MismatchError } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * const error = new MismatchError(
  *   "Mismatched calls: rank 1 called broadcast(4 × float32, root 0) #3 in group 0 " +
@@ -159,8 +158,8 @@ export class MismatchError extends DistError {
  *
  * @example Using a closed store
  * ```ts
- * import { MemoryStore } from "../store/memory_store.ts";
- * import { DistError, StoreError } from "./errors.ts";
+ * import { MemoryStore } from "@dcomm/dcomm/store";
+ * import { DistError, StoreError } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * const store = new MemoryStore();
  * await store.close();
@@ -183,15 +182,22 @@ export class StoreError extends DistError {
 /**
  * A native library could not be found; the message lists every path tried and how to fix it.
  *
- * @example Opening a library that is not installed
+ * @example The nccl backend on a machine without NCCL
  * ```ts
- * import { openLibrary } from "../ffi/locate.ts";
- * import { DistError, LibraryNotFoundError } from "./errors.ts";
+ * import { DistError, init, LibraryNotFoundError } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
- * const spec = { name: "libmissing", envVar: "DCOMM_MISSING", sonames: ["libmissing.so"], fix: "install it" };
- * assert.throws(() => openLibrary(spec, {}), (e) =>
- *   e instanceof LibraryNotFoundError && e instanceof DistError && e.code === "LIBRARY_NOT_FOUND" &&
- *   e.tried.length === 1 && e.tried[0].startsWith("libmissing.so") && e.message.includes("DCOMM_MISSING"));
+ * try {
+ *   await using pg = await init({ backend: "nccl", rank: 0, worldSize: 1, env: {} });
+ *   console.log(`the nccl backend runs here (${pg.size} rank)`);
+ * } catch (e) {
+ *   if (e instanceof LibraryNotFoundError) {
+ *     assert.equal(e.code, "LIBRARY_NOT_FOUND");
+ *     assert.ok(e.tried.length > 0 && e.tried.every((path) => e.message.includes(path)));
+ *     assert.match(e.message, /^Cannot find NCCL[\s\S]*\nFix: set DCOMM_NCCL_PATH/);
+ *   } else if (!(e instanceof DistError)) {
+ *     throw e; // (an UnsupportedError: NCCL is there, no GPU is)
+ *   }
+ * }
  * ```
  */
 export class LibraryNotFoundError extends DistError {
@@ -214,7 +220,7 @@ export class LibraryNotFoundError extends DistError {
  *
  * @example Reading why something is unsupported
  * ```ts
- * import { DistError, UnsupportedError } from "./errors.ts";
+ * import { DistError, UnsupportedError } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * const cause = new Error("libcuda.so.1: cannot open shared object file");
  * const error = new UnsupportedError("Cannot start the nccl backend: no usable GPU", { cause });
@@ -240,7 +246,7 @@ export class UnsupportedError extends DistError {
  *
  * @example Reading the CUDA status
  * ```ts
- * import { CudaError, DistError } from "./errors.ts";
+ * import { CudaError, DistError } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * const error = new CudaError("cudaMalloc failed: cudaErrorMemoryAllocation (2): out of memory", {
  *   status: 2,
@@ -270,7 +276,7 @@ export class CudaError extends DistError {
  *
  * @example Reading the NCCL result
  * ```ts
- * import { CudaError, DistError, NcclError } from "./errors.ts";
+ * import { CudaError, DistError, NcclError } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * const error = new NcclError("ncclAllReduce failed: ncclInvalidArgument (4): invalid argument", {
  *   status: 4,

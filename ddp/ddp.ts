@@ -24,7 +24,28 @@ import { DistError } from "../core/errors.ts";
 import type { ProcessGroup } from "../backend/process_group.ts";
 import { allReduceHook, type CommHook, type HookReport } from "./hooks.ts";
 
-/** Options of {@linkcode DistributedDataParallel.create}. */
+/**
+ * Options of {@linkcode DistributedDataParallel.create}.
+ *
+ * @example Gradients of your own, small buckets, a compressing hook
+ * ```ts
+ * import { init } from "@dcomm/dcomm";
+ * import { type DdpOptions, DistributedDataParallel, fp16CompressHook } from "@dcomm/dcomm/ddp";
+ * import assert from "node:assert/strict";
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * const params = [new Float32Array(6), new Float32Array(2)]; // a 2 × 3 weight and its bias
+ * const options: DdpOptions<Float32Array> = {
+ *   grads: params.map((p) => new Float32Array(p.length)),
+ *   bucketMb: 1,
+ *   firstBucketMb: 0.001,
+ *   hook: fp16CompressHook(),
+ *   shapes: [[2, 3], undefined],
+ * };
+ * await using ddp = await DistributedDataParallel.create(pg, params, options);
+ * assert.equal(ddp.grads[0], options.grads?.[0]); // the arrays given, not views into the buckets
+ * assert.equal(ddp.hook.name, "fp16");
+ * ```
+ */
 export interface DdpOptions<T extends TypedArray = TypedArray> {
   /**
    * The gradient arrays, one per parameter, same lengths and dtypes. Without them the helper allocates the
@@ -58,7 +79,22 @@ export interface DdpOptions<T extends TypedArray = TypedArray> {
   shapes?: readonly (readonly number[] | undefined)[];
 }
 
-/** A bucket's layout. */
+/**
+ * A bucket's layout.
+ *
+ * @example The last parameters go first; a bucket closes once it holds its capacity
+ * ```ts
+ * import { init } from "@dcomm/dcomm";
+ * import { type BucketInfo, DistributedDataParallel } from "@dcomm/dcomm/ddp";
+ * import assert from "node:assert/strict";
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * const params = [new Float32Array(1 << 16), new Float32Array(1 << 16), new Float32Array(16)];
+ * await using ddp = await DistributedDataParallel.create(pg, params, { firstBucketMb: 0.001 });
+ * const buckets: readonly BucketInfo[] = ddp.buckets;
+ * assert.deepEqual(buckets.map((b) => b.params), [[2, 1], [0]]); // the first bucket: 1 KiB or more
+ * assert.deepEqual(buckets.map((b) => b.bytes), [64 + 4 * (1 << 16), 4 * (1 << 16)]);
+ * ```
+ */
 export interface BucketInfo {
   /** Its number, in launch order. */
   readonly index: number;
@@ -72,7 +108,24 @@ export interface BucketInfo {
   readonly bytes: number;
 }
 
-/** What one bucket did in a step. */
+/**
+ * What one bucket did in a step.
+ *
+ * @example Each bucket's collectives and the dtype on the wire
+ * ```ts
+ * import { init } from "@dcomm/dcomm";
+ * import { type BucketReport, DistributedDataParallel, fp16CompressHook } from "@dcomm/dcomm/ddp";
+ * import assert from "node:assert/strict";
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * const hook = fp16CompressHook();
+ * await using ddp = await DistributedDataParallel.create(pg, [new Float32Array(8)], { hook });
+ * ddp.gradReady(0);
+ * const [bucket]: readonly BucketReport[] = (await ddp.synchronize()).buckets;
+ * assert.equal(bucket.hook.wireDtype, "float16");
+ * assert.equal(bucket.hook.works[0].bytes, 8 * 2);
+ * assert.ok(bucket.launchedAt > 0);
+ * ```
+ */
 export interface BucketReport extends BucketInfo {
   /** The hook's report: its collectives and the dtype on the wire. */
   readonly hook: HookReport;
@@ -80,7 +133,28 @@ export interface BucketReport extends BucketInfo {
   readonly launchedAt: number;
 }
 
-/** What a step's {@linkcode DistributedDataParallel.synchronize} reports. */
+/**
+ * What a step's {@linkcode DistributedDataParallel.synchronize} reports.
+ *
+ * @example A step that communicated, and one under `noSync`
+ * ```ts
+ * import { init } from "@dcomm/dcomm";
+ * import { DistributedDataParallel, type StepReport } from "@dcomm/dcomm/ddp";
+ * import assert from "node:assert/strict";
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * await using ddp = await DistributedDataParallel.create(pg, [new Float32Array(256)]);
+ * ddp.gradReady(0);
+ * const step: StepReport = await ddp.synchronize();
+ * assert.equal(step.communicated, true);
+ * assert.ok(step.lastFinishedAt >= step.firstStartedAt);
+ * console.log(`waited ${step.waitMs.toFixed(2)} ms, sent ${step.bytesSent} bytes`);
+ * const local = await ddp.noSync(async () => {
+ *   ddp.gradReady(0);
+ *   return await ddp.synchronize(); // gradient accumulation: sends nothing
+ * });
+ * assert.equal(local.communicated, false);
+ * ```
+ */
 export interface StepReport {
   /** Whether the step communicated (false under `noSync`). */
   readonly communicated: boolean;
@@ -118,8 +192,8 @@ const MIB = 1 << 20;
  *
  * @example Two steps on a world of one, the second without communication
  * ```ts
- * import { DistributedDataParallel } from "./ddp.ts";
- * import { init } from "../backend/init.ts";
+ * import { init } from "@dcomm/dcomm";
+ * import { DistributedDataParallel } from "@dcomm/dcomm/ddp";
  * import assert from "node:assert/strict";
  * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
  * const params = [new Float32Array(4), new Float32Array(2)];

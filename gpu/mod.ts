@@ -5,12 +5,18 @@
  * memory), {@linkcode Stream} and {@linkcode Event}, and what the runtime says about the machine
  * ({@linkcode cudaStatus}, {@linkcode deviceInfo}).
  *
- * @example
- * ```ts ignore
- * import { DeviceBuffer, Stream } from "./mod.ts";
- * using stream = Stream.create();
- * using grad = DeviceBuffer.from(new Float32Array(1024), { stream });
- * await stream.done();
+ * @example A gradient copied to the GPU on a stream (without a usable GPU, `cudaStatus` says why)
+ * ```ts
+ * import { cudaStatus, DeviceBuffer, Stream } from "@dcomm/dcomm/gpu";
+ * const status = cudaStatus();
+ * if (status.available) {
+ *   using stream = Stream.create();
+ *   using grad = DeviceBuffer.from(new Float32Array(1024), { stream });
+ *   await stream.done();
+ *   console.log(String(grad));
+ * } else {
+ *   console.log(`No GPU: ${status.reason}`);
+ * }
  * ```
  *
  * @module

@@ -11,7 +11,28 @@ import { dtypeSize } from "../core/dtype.ts";
 import { freeHost, hostRegister, hostUnregister, mallocHost } from "../ffi/cudart/cudart.ts";
 import { arrayView } from "./_arrays.ts";
 
-/** Pinned host memory from `cudaMallocHost`. */
+/**
+ * Pinned host memory from `cudaMallocHost`.
+ *
+ * @example A host tensor whose copies to the GPU run asynchronously
+ * ```ts
+ * import { cudaStatus, DeviceBuffer, PinnedBuffer, Stream } from "@dcomm/dcomm/gpu";
+ * import { DistError } from "@dcomm/dcomm";
+ * import assert from "node:assert/strict";
+ * if (cudaStatus().available) {
+ *   using pinned = PinnedBuffer.alloc(4 * 1024);
+ *   const host = pinned.array("float32") as Float32Array; // 1024 elements over the pinned bytes
+ *   host.fill(0.5);
+ *   using stream = Stream.create();
+ *   using grad = DeviceBuffer.alloc(1024);
+ *   grad.copyFrom(host, { stream }); // returns at once: the copy overlaps with what follows
+ *   await stream.done();
+ *   assert.deepEqual(grad.toArray(), new Float32Array(1024).fill(0.5));
+ * } else {
+ *   assert.throws(() => PinnedBuffer.alloc(4 * 1024), DistError); // CudaError or LibraryNotFoundError
+ * }
+ * ```
+ */
 export class PinnedBuffer implements Disposable {
   #pointer: Deno.PointerValue;
   #byteLength: number;
@@ -85,7 +106,27 @@ export class PinnedBuffer implements Disposable {
   }
 }
 
-/** An existing TypedArray page-locked with `cudaHostRegister` until disposed. */
+/**
+ * An existing TypedArray page-locked with `cudaHostRegister` until disposed.
+ *
+ * @example Page-locking a gradient for the time of a copy
+ * ```ts
+ * import { cudaStatus, DeviceBuffer, HostRegistration, Stream } from "@dcomm/dcomm/gpu";
+ * import { DistError } from "@dcomm/dcomm";
+ * import assert from "node:assert/strict";
+ * const grad = new Float32Array(1 << 16).fill(2);
+ * if (cudaStatus().available) {
+ *   using registration = HostRegistration.register(grad);
+ *   using stream = Stream.create();
+ *   using buf = DeviceBuffer.alloc(grad.length);
+ *   buf.copyFrom(registration.array, { stream });
+ *   await stream.done();
+ *   assert.deepEqual(buf.toArray(), grad);
+ * } else {
+ *   assert.throws(() => HostRegistration.register(grad), DistError); // CudaError or LibraryNotFoundError
+ * }
+ * ```
+ */
 export class HostRegistration implements Disposable {
   #array: TypedArray;
   #pointer: Deno.PointerValue;

@@ -8,7 +8,19 @@
  */
 import { DistError, TimeoutError } from "../core/errors.ts";
 
-/** Options of {@linkcode pollUntil}. */
+/**
+ * Options of {@linkcode pollUntil}.
+ *
+ * @example A condition that never comes true
+ * ```ts
+ * import { type PollOptions, pollUntil } from "@dcomm/dcomm/gpu";
+ * import { TimeoutError } from "@dcomm/dcomm";
+ * import assert from "node:assert/strict";
+ * const options: PollOptions = { timeoutMs: 20, what: "a flag nobody sets", spinMs: 1 };
+ * await assert.rejects(pollUntil(() => false, options), (e) =>
+ *   e instanceof TimeoutError && /for a flag nobody sets \(timeout 20 ms\)$/.test(e.message));
+ * ```
+ */
 export interface PollOptions {
   /** Milliseconds before it gives up with a TimeoutError. @default Infinity */
   timeoutMs?: number;
@@ -24,6 +36,17 @@ export interface PollOptions {
  * Yields one turn of the event loop (a MessageChannel round trip: no timer clamping).
  *
  * @returns Resolves on the next turn.
+ *
+ * @example
+ * ```ts
+ * import { nextTurn } from "@dcomm/dcomm/gpu";
+ * import assert from "node:assert/strict";
+ * const order: string[] = [];
+ * const turn = nextTurn().then(() => order.push("next turn"));
+ * order.push("now");
+ * await turn;
+ * assert.deepEqual(order, ["now", "next turn"]);
+ * ```
  */
 export function nextTurn(): Promise<void> {
   const { port1, port2 } = new MessageChannel();
@@ -52,7 +75,7 @@ function sleep(ms: number): Promise<void> {
  *
  * @example
  * ```ts
- * import { pollUntil } from "./poll.ts";
+ * import { pollUntil } from "@dcomm/dcomm/gpu";
  * let n = 0;
  * await pollUntil(() => ++n >= 3, { timeoutMs: 1000 });
  * ```

@@ -27,7 +27,21 @@ import {
 import { type PollOptions, pollUntil } from "./poll.ts";
 import { withDevice } from "./device.ts";
 
-/** Options of {@linkcode Stream.create}. */
+/**
+ * Options of {@linkcode Stream.create}.
+ *
+ * @example A stream of GPU 0 that does not wait for the legacy default stream
+ * ```ts
+ * import { cudaStatus, Stream, type StreamOptions } from "@dcomm/dcomm/gpu";
+ * import assert from "node:assert/strict";
+ * const options: StreamOptions = { device: 0, nonBlocking: true };
+ * if (cudaStatus().available) {
+ *   using stream = Stream.create(options);
+ *   assert.equal(stream.device, 0);
+ *   assert.ok(stream.query()); // nothing queued yet
+ * }
+ * ```
+ */
 export interface StreamOptions {
   /** The device. @default the calling thread's current device */
   device?: number;
@@ -39,7 +53,25 @@ function disposedError(what: string): TypeError {
   return new TypeError(`Cannot use a disposed ${what}`);
 }
 
-/** A CUDA stream. */
+/**
+ * A CUDA stream.
+ *
+ * @example Work queued in order, awaited without blocking the event loop
+ * ```ts
+ * import { cudaStatus, DeviceBuffer, Stream } from "@dcomm/dcomm/gpu";
+ * import { DistError } from "@dcomm/dcomm";
+ * import assert from "node:assert/strict";
+ * if (cudaStatus().available) {
+ *   using stream = Stream.create();
+ *   using buf = DeviceBuffer.from(new Int32Array([7, 7]));
+ *   buf.zero(0, { stream }); // queued
+ *   await stream.done({ timeoutMs: 10_000 });
+ *   assert.deepEqual(buf.toArray(), new Int32Array(2));
+ * } else {
+ *   assert.throws(() => Stream.create(), DistError); // CudaError or LibraryNotFoundError
+ * }
+ * ```
+ */
 export class Stream implements Disposable {
   #pointer: Deno.PointerValue;
   #device: number;
@@ -60,10 +92,16 @@ export class Stream implements Disposable {
    * @throws {CudaError} If the stream cannot be created.
    *
    * @example
-   * ```ts ignore
-   * import { Stream } from "./stream.ts";
-   * using stream = Stream.create({ nonBlocking: true });
-   * await stream.done();
+   * ```ts
+   * import { cudaStatus, Stream } from "@dcomm/dcomm/gpu";
+   * import { DistError } from "@dcomm/dcomm";
+   * import assert from "node:assert/strict";
+   * if (cudaStatus().available) {
+   *   using stream = Stream.create({ nonBlocking: true });
+   *   await stream.done();
+   * } else {
+   *   assert.throws(() => Stream.create({ nonBlocking: true }), DistError);
+   * }
    * ```
    */
   static create(options: StreamOptions = {}): Stream {
@@ -159,7 +197,25 @@ export class Stream implements Disposable {
   }
 }
 
-/** Options of {@linkcode Event.create}. */
+/**
+ * Options of {@linkcode Event.create}.
+ *
+ * @example An event without timing, for one stream to wait on another
+ * ```ts
+ * import { cudaStatus, Event, type EventOptions, Stream } from "@dcomm/dcomm/gpu";
+ * import assert from "node:assert/strict";
+ * const options: EventOptions = { timing: false }; // cheaper to record and to wait on
+ * if (cudaStatus().available) {
+ *   using copies = Stream.create();
+ *   using compute = Stream.create();
+ *   using copied = Event.create(options);
+ *   copied.record(copies);
+ *   compute.waitEvent(copied); // work queued on compute from now on runs after the copies
+ *   await compute.done();
+ *   assert.ok(copied.query());
+ * }
+ * ```
+ */
 export interface EventOptions {
   /** The device. @default the calling thread's current device */
   device?: number;
@@ -167,7 +223,29 @@ export interface EventOptions {
   timing?: boolean;
 }
 
-/** A CUDA event. */
+/**
+ * A CUDA event.
+ *
+ * @example Timing work on the GPU
+ * ```ts
+ * import { cudaStatus, DeviceBuffer, Event, Stream } from "@dcomm/dcomm/gpu";
+ * import { DistError } from "@dcomm/dcomm";
+ * import assert from "node:assert/strict";
+ * if (cudaStatus().available) {
+ *   using stream = Stream.create();
+ *   using buf = DeviceBuffer.alloc(1 << 20);
+ *   using start = Event.create();
+ *   using end = Event.create();
+ *   start.record(stream);
+ *   buf.zero(0, { stream });
+ *   end.record(stream);
+ *   await end.done();
+ *   assert.ok(end.elapsedSince(start) >= 0); // milliseconds of GPU time
+ * } else {
+ *   assert.throws(() => Event.create(), DistError); // CudaError or LibraryNotFoundError
+ * }
+ * ```
+ */
 export class Event implements Disposable {
   #pointer: Deno.PointerValue;
   #device: number;

@@ -19,7 +19,19 @@ import { KeyTable } from "./_table.ts";
 import { waitWithDeadline } from "./_wait.ts";
 import type { Store, StoreOptions, StoreValue, StoreWaitOptions } from "./store.ts";
 
-/** Options of {@linkcode MemoryStore}. */
+/**
+ * Options of {@linkcode MemoryStore}.
+ *
+ * @example
+ * ```ts
+ * import { MemoryStore, type MemoryStoreOptions } from "@dcomm/dcomm/store";
+ * import { TimeoutError } from "@dcomm/dcomm";
+ * import assert from "node:assert/strict";
+ * const options: MemoryStoreOptions = { timeoutMs: 20 };
+ * await using store = new MemoryStore(options);
+ * await assert.rejects(store.wait(["rank1/ready"]), TimeoutError);
+ * ```
+ */
 export type MemoryStoreOptions = StoreOptions;
 
 const WHERE = " in the in-memory store";
@@ -30,7 +42,7 @@ const WHERE = " in the in-memory store";
  *
  * @example A get released by a later set
  * ```ts
- * import { MemoryStore, type MemoryStoreOptions } from "./memory_store.ts";
+ * import { MemoryStore, type MemoryStoreOptions } from "@dcomm/dcomm/store";
  * import assert from "node:assert/strict";
  *
  * const options: MemoryStoreOptions = { timeoutMs: 5_000 };

@@ -9,7 +9,7 @@
  *
  * @example A store served and used in one process
  * ```ts
- * import { TcpStore, TcpStoreServer } from "./mod.ts";
+ * import { TcpStore, TcpStoreServer } from "@dcomm/dcomm/store";
  * import assert from "node:assert/strict";
  * await using server = await TcpStoreServer.listen({ hostname: "127.0.0.1", port: 0 });
  * await using store = await TcpStore.connect({ hostname: "127.0.0.1", port: server.port });

@@ -9,7 +9,20 @@ import { StoreError } from "../core/errors.ts";
 import { checkKey, checkKeys, checkTimeout } from "./_checks.ts";
 import type { Store, StoreValue, StoreWaitOptions } from "./store.ts";
 
-/** Options of {@linkcode PrefixStore}. */
+/**
+ * Options of {@linkcode PrefixStore}.
+ *
+ * @example A namespace whose waits are shorter than the store's
+ * ```ts
+ * import { MemoryStore, PrefixStore, type PrefixStoreOptions } from "@dcomm/dcomm/store";
+ * import { TimeoutError } from "@dcomm/dcomm";
+ * import assert from "node:assert/strict";
+ * await using store = new MemoryStore({ timeoutMs: 60_000 });
+ * const options: PrefixStoreOptions = { timeoutMs: 20 };
+ * await using group = new PrefixStore("group1", store, options);
+ * await assert.rejects(group.get("leader"), TimeoutError);
+ * ```
+ */
 export interface PrefixStoreOptions {
   /**
    * The default timeout of blocking calls through this store.
@@ -28,8 +41,7 @@ export interface PrefixStoreOptions {
  *
  * @example A sub-group's namespace
  * ```ts
- * import { MemoryStore } from "./memory_store.ts";
- * import { PrefixStore, type PrefixStoreOptions } from "./prefix_store.ts";
+ * import { MemoryStore, PrefixStore, type PrefixStoreOptions } from "@dcomm/dcomm/store";
  * import assert from "node:assert/strict";
  *
  * await using store = new MemoryStore();

@@ -6,7 +6,20 @@
  * @module
  */
 
-/** The environment variable that carries the store secret from the launcher to the ranks. */
+/**
+ * The environment variable that carries the store secret from the launcher to the ranks.
+ *
+ * @example Starting a rank with the job's secret
+ * ```ts
+ * import { generateSecret, STORE_SECRET_ENV } from "@dcomm/dcomm/store";
+ * import assert from "node:assert/strict";
+ * const rank = new Deno.Command(Deno.execPath(), {
+ *   args: ["eval", `console.log(Deno.env.get("${STORE_SECRET_ENV}")?.length)`],
+ *   env: { [STORE_SECRET_ENV]: generateSecret() },
+ * });
+ * assert.equal(new TextDecoder().decode((await rank.output()).stdout), "64\n");
+ * ```
+ */
 export const STORE_SECRET_ENV = "DCOMM_STORE_SECRET";
 
 /**
@@ -16,7 +29,7 @@ export const STORE_SECRET_ENV = "DCOMM_STORE_SECRET";
  *
  * @example Handing a secret to the ranks
  * ```ts
- * import { generateSecret, secretFromEnv, STORE_SECRET_ENV } from "./secret.ts";
+ * import { generateSecret, secretFromEnv, STORE_SECRET_ENV } from "@dcomm/dcomm/store";
  * import assert from "node:assert/strict";
  *
  * // A launcher reuses the job's secret if it was given one, and makes one otherwise.
@@ -35,6 +48,20 @@ export function generateSecret(): string {
  * The secret in {@linkcode STORE_SECRET_ENV}, if this process may read it without a permission prompt.
  *
  * @returns The secret, or `undefined` when the variable is unset, empty or not readable.
+ *
+ * @example What a rank started by the launcher reads
+ * ```ts
+ * import { secretFromEnv, STORE_SECRET_ENV } from "@dcomm/dcomm/store";
+ * import assert from "node:assert/strict";
+ * const saved = Deno.env.get(STORE_SECRET_ENV);
+ * Deno.env.set(STORE_SECRET_ENV, "s3cret"); // as the launcher sets it for each rank
+ * assert.equal(secretFromEnv(), "s3cret");
+ * Deno.env.set(STORE_SECRET_ENV, "");
+ * assert.equal(secretFromEnv(), undefined); // empty: no secret
+ * // (this example leaves the environment as it found it)
+ * if (saved === undefined) Deno.env.delete(STORE_SECRET_ENV);
+ * else Deno.env.set(STORE_SECRET_ENV, saved);
+ * ```
  */
 export function secretFromEnv(): string | undefined {
   const status = Deno.permissions.querySync({ name: "env", variable: STORE_SECRET_ENV });

@@ -10,10 +10,37 @@
  * @module
  */
 
-/** A value as callers may pass it: bytes, or a string stored as its UTF-8 bytes. */
+/**
+ * A value as callers may pass it: bytes, or a string stored as its UTF-8 bytes.
+ *
+ * @example A string comes back as its bytes
+ * ```ts
+ * import { MemoryStore, type StoreValue } from "@dcomm/dcomm/store";
+ * import assert from "node:assert/strict";
+ * await using store = new MemoryStore();
+ * const address: StoreValue = "10.0.0.1:29400";
+ * const id: StoreValue = new Uint8Array([7, 7, 7]);
+ * await store.set("address", address);
+ * await store.set("id", id);
+ * assert.deepEqual(await store.get("address"), new TextEncoder().encode(address));
+ * assert.deepEqual(await store.get("id"), id);
+ * ```
+ */
 export type StoreValue = Uint8Array | string;
 
-/** Options every store accepts when it is created. */
+/**
+ * Options every store accepts when it is created.
+ *
+ * @example A store whose blocking calls give up after 20 ms
+ * ```ts
+ * import { MemoryStore, type StoreOptions } from "@dcomm/dcomm/store";
+ * import { TimeoutError } from "@dcomm/dcomm";
+ * import assert from "node:assert/strict";
+ * const options: StoreOptions = { timeoutMs: 20 };
+ * await using store = new MemoryStore(options);
+ * await assert.rejects(store.get("rank1/address"), TimeoutError); // nobody sets it
+ * ```
+ */
 export interface StoreOptions {
   /**
    * How long a blocking call ({@linkcode Store.get}, {@linkcode Store.wait}) waits before it throws a
@@ -24,7 +51,21 @@ export interface StoreOptions {
   timeoutMs?: number;
 }
 
-/** Options of one blocking call. */
+/**
+ * Options of one blocking call.
+ *
+ * @example A wait stopped by its signal
+ * ```ts
+ * import { MemoryStore, type StoreWaitOptions } from "@dcomm/dcomm/store";
+ * import assert from "node:assert/strict";
+ * await using store = new MemoryStore();
+ * const controller = new AbortController();
+ * const options: StoreWaitOptions = { timeoutMs: 60_000, signal: controller.signal };
+ * const waiting = store.wait(["rank1/ready"], options);
+ * controller.abort(new Error("shutting down"));
+ * await assert.rejects(waiting, /shutting down/);
+ * ```
+ */
 export interface StoreWaitOptions {
   /**
    * How long this call waits before it throws a `TimeoutError`. `Infinity` waits forever.
@@ -42,8 +83,13 @@ export interface StoreWaitOptions {
  *
  * @example Exchanging addresses through any store
  * ```ts
- * import type { Store, StoreOptions, StoreValue, StoreWaitOptions } from "./store.ts";
- * import { MemoryStore } from "./memory_store.ts";
+ * import {
+ *   MemoryStore,
+ *   type Store,
+ *   type StoreOptions,
+ *   type StoreValue,
+ *   type StoreWaitOptions,
+ * } from "@dcomm/dcomm/store";
  * import assert from "node:assert/strict";
  *
  * // Each rank publishes its address, then reads everyone's (an all-gather through the store).

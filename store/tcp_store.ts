@@ -81,7 +81,23 @@ import { waitWithDeadline } from "./_wait.ts";
 import { secretFromEnv, STORE_SECRET_ENV } from "./secret.ts";
 import type { Store, StoreOptions, StoreValue, StoreWaitOptions } from "./store.ts";
 
-/** Options of {@linkcode TcpStore.connect}. */
+/**
+ * Options of {@linkcode TcpStore.connect}.
+ *
+ * @example A wrong secret is refused; a server that never answers times out
+ * ```ts
+ * import { TcpStore, type TcpStoreConnectOptions, TcpStoreServer } from "@dcomm/dcomm/store";
+ * import { StoreError, TimeoutError } from "@dcomm/dcomm";
+ * import assert from "node:assert/strict";
+ * await using server = await TcpStoreServer.listen({ secret: "s3cret", log: () => {} });
+ * const options: TcpStoreConnectOptions = { port: server.port, secret: "wrong", connectTimeoutMs: 1_000 };
+ * await assert.rejects(TcpStore.connect(options), StoreError);
+ * const probe = Deno.listen({ hostname: "127.0.0.1", port: 0 }); // a port nobody listens on
+ * const port = probe.addr.port;
+ * probe.close();
+ * await assert.rejects(TcpStore.connect({ port, connectTimeoutMs: 100 }), TimeoutError);
+ * ```
+ */
 export interface TcpStoreConnectOptions extends StoreOptions {
   /** The server's address. @default {"127.0.0.1"} */
   hostname?: string;
@@ -122,8 +138,7 @@ interface Pending {
  *
  * @example Rendezvous through rank 0's server
  * ```ts
- * import { TcpStore, type TcpStoreConnectOptions } from "./tcp_store.ts";
- * import { TcpStoreServer } from "./tcp_store_server.ts";
+ * import { TcpStore, type TcpStoreConnectOptions, TcpStoreServer } from "@dcomm/dcomm/store";
  * import assert from "node:assert/strict";
  *
  * await using server = await TcpStoreServer.listen(); // in rank 0 (or the launcher)

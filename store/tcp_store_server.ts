@@ -35,7 +35,26 @@ import { KeyTable } from "./_table.ts";
 import { looksLikeTorchValidate } from "./_torch_protocol.ts";
 import { secretFromEnv } from "./secret.ts";
 
-/** Options of {@linkcode TcpStoreServer.listen}. */
+/**
+ * Options of {@linkcode TcpStoreServer.listen}.
+ *
+ * @example A server for ranks on other hosts, with a secret and its own log
+ * ```ts
+ * import { generateSecret, TcpStore, TcpStoreServer, type TcpStoreServerOptions } from "@dcomm/dcomm/store";
+ * import assert from "node:assert/strict";
+ * const secret = generateSecret();
+ * const options: TcpStoreServerOptions = {
+ *   hostname: "0.0.0.0",
+ *   port: 0, // a free port
+ *   secret,
+ *   handshakeTimeoutMs: 5_000,
+ *   log: (line) => console.error(line), // refused clients and broken connections
+ * };
+ * await using server = await TcpStoreServer.listen(options);
+ * await using store = await TcpStore.connect({ port: server.port, secret });
+ * assert.equal(await store.add("joined", 1), 1);
+ * ```
+ */
 export interface TcpStoreServerOptions {
   /**
    * The address to bind. The loopback default keeps the store private to this machine; use `"0.0.0.0"`
@@ -85,8 +104,7 @@ interface Session {
  *
  * @example A server and a client in one process
  * ```ts
- * import { TcpStoreServer, type TcpStoreServerOptions } from "./tcp_store_server.ts";
- * import { TcpStore } from "./tcp_store.ts";
+ * import { TcpStore, TcpStoreServer, type TcpStoreServerOptions } from "@dcomm/dcomm/store";
  * import assert from "node:assert/strict";
  *
  * const options: TcpStoreServerOptions = { secret: "s3cret", log: (line) => console.error(line) };

@@ -41,7 +41,21 @@ import { retryUntil, Unreachable } from "./_retry.ts";
 import { waitWithDeadline } from "./_wait.ts";
 import type { Store, StoreOptions, StoreValue, StoreWaitOptions } from "./store.ts";
 
-/** Options of {@linkcode TorchStore.connect}. */
+/**
+ * Options of {@linkcode TorchStore.connect}.
+ *
+ * @example Keys under another prefix on the wire
+ * ```ts
+ * import { TorchStore, type TorchStoreConnectOptions, TorchStoreServer } from "@dcomm/dcomm/store";
+ * import assert from "node:assert/strict";
+ * await using server = await TorchStoreServer.listen({ port: 0 });
+ * const options: TorchStoreConnectOptions = { port: server.port, keyPrefix: "/job7/", timeoutMs: 10_000 };
+ * await using job = await TorchStore.connect(options);
+ * await using plain = await TorchStore.connect({ port: server.port }); // keyPrefix "/", as torch's clients
+ * await job.set("epoch", "3"); // "/job7/epoch" on the wire
+ * assert.equal(new TextDecoder().decode(await plain.get("job7/epoch")), "3");
+ * ```
+ */
 export interface TorchStoreConnectOptions extends StoreOptions {
   /** The server's address. @default {"127.0.0.1"} */
   hostname?: string;
@@ -236,8 +250,7 @@ function dcommStoreError(address: string): StoreError {
  *
  * @example Sharing keys with a torch store (here a {@linkcode TorchStoreServer} stands for torch's)
  * ```ts
- * import { TorchStore, type TorchStoreConnectOptions } from "./torch_store.ts";
- * import { TorchStoreServer } from "./torch_store_server.ts";
+ * import { TorchStore, type TorchStoreConnectOptions, TorchStoreServer } from "@dcomm/dcomm/store";
  * import assert from "node:assert/strict";
  *
  * await using server = await TorchStoreServer.listen({ hostname: "127.0.0.1", port: 0 });

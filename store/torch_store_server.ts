@@ -29,7 +29,22 @@ import {
   WaitReply,
 } from "./_torch_protocol.ts";
 
-/** Options of {@linkcode TorchStoreServer.listen}. */
+/**
+ * Options of {@linkcode TorchStoreServer.listen}.
+ *
+ * @example The store of a job with Python ranks, on a free port (torch's protocol has no secret)
+ * ```ts
+ * import { TorchStoreServer, type TorchStoreServerOptions } from "@dcomm/dcomm/store";
+ * import assert from "node:assert/strict";
+ * const options: TorchStoreServerOptions = {
+ *   hostname: "127.0.0.1",
+ *   port: 0,
+ *   log: (line) => console.error(line),
+ * };
+ * await using server = await TorchStoreServer.listen(options);
+ * assert.ok(server.port > 0); // MASTER_PORT for `torch.distributed.init_process_group("gloo")`
+ * ```
+ */
 export interface TorchStoreServerOptions {
   /** The address to bind; `"0.0.0.0"` for jobs across hosts (there is no secret). @default {"127.0.0.1"} */
   hostname?: string;
@@ -63,8 +78,7 @@ const UNSUPPORTED: Readonly<Record<number, string>> = {
  *
  * @example torch's protocol on both ends, in one process
  * ```ts
- * import { TorchStoreServer, type TorchStoreServerOptions } from "./torch_store_server.ts";
- * import { TorchStore } from "./torch_store.ts";
+ * import { TorchStore, TorchStoreServer, type TorchStoreServerOptions } from "@dcomm/dcomm/store";
  * import assert from "node:assert/strict";
  *
  * const options: TorchStoreServerOptions = { hostname: "127.0.0.1", port: 0 };

@@ -121,14 +121,35 @@ class WaitAsyncSleeper implements Sleeper {
 /**
  * A rank's connections to the other ranks of an in-process world.
  *
- * @example A Worker rank
- * ```ts ignore
- * // main: const mesh = createInprocMesh(4); for (const w of workers) w.postMessage({ mesh, rank });
- * self.onmessage = async (event) => {
- *   const { mesh, rank } = event.data;
- *   await using transport = InprocTransport.create(mesh, rank);
- *   // ... collectives over transport.pair(peer) ...
- * };
+ * @example Rank 0 on the main thread, rank 1 in a Worker
+ * ```ts
+ * import { createInprocMesh, InprocTransport } from "./inproc.ts";
+ * import assert from "node:assert/strict";
+ * const rank1 = await Deno.makeTempFile({ suffix: ".ts" }); // the Worker's module
+ * await Deno.writeTextFile(rank1, `
+ *   import { InprocTransport } from "${new URL("./inproc.ts", import.meta.url)}";
+ *   self.onmessage = async (event: MessageEvent) => {
+ *     const { mesh, rank } = event.data;
+ *     {
+ *       await using transport = InprocTransport.create(mesh, rank);
+ *       await transport.pair(0).send(new Uint8Array(32), new Uint8Array([rank, 42]));
+ *     }
+ *     self.postMessage("closed");
+ *   };
+ * `);
+ * const mesh = createInprocMesh(2); // SharedArrayBuffers: posted, not copied
+ * const worker = new Worker(new URL(`file://${rank1}`), { type: "module" });
+ * const closed = new Promise((resolve) => worker.onmessage = resolve);
+ * worker.postMessage({ mesh, rank: 1 });
+ * {
+ *   await using transport = InprocTransport.create(mesh, 0);
+ *   const got = new Uint8Array(2);
+ *   await transport.pair(1).recv(got);
+ *   assert.deepEqual([...got], [1, 42]);
+ * }
+ * await closed;
+ * worker.terminate();
+ * await Deno.remove(rank1);
  * ```
  */
 export class InprocTransport implements Transport {

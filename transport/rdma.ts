@@ -508,16 +508,29 @@ class RdmaPair implements Pair {
 /**
  * A rank's RDMA connections to every other rank of a world.
  *
- * @example Two ranks in one process (on a machine with an RDMA device)
- * ```ts ignore
+ * @example Two ranks in one process (without an RDMA device with an active port, the error says why)
+ * ```ts
  * import { MemoryStore } from "../store/memory_store.ts";
  * import { RdmaTransport } from "./rdma.ts";
+ * import { DistError } from "../core/errors.ts";
+ * import assert from "node:assert/strict";
  *
  * await using store = new MemoryStore();
- * const [a, b] = await Promise.all([0, 1].map((rank) => RdmaTransport.connect(store, { rank, size: 2 })));
- * const got = new Uint8Array(3);
- * await Promise.all([a.pair(1).send(new Uint8Array(32), new Uint8Array([1, 2, 3])), b.pair(0).recv(got)]);
- * await Promise.all([a.close(), b.close()]);
+ * let ranks: RdmaTransport[] = [];
+ * try {
+ *   ranks = await Promise.all([0, 1].map((rank) => RdmaTransport.connect(store, { rank, size: 2 })));
+ * } catch (e) {
+ *   // NoRdmaDeviceError (no device), UnsupportedError (no active port), LibraryNotFoundError (no libibverbs)
+ *   if (!(e instanceof DistError)) throw e;
+ *   console.log(e.message.split("\n")[0]);
+ * }
+ * if (ranks.length === 2) {
+ *   const [a, b] = ranks;
+ *   const got = new Uint8Array(3);
+ *   await Promise.all([a.pair(1).send(new Uint8Array(32), new Uint8Array([1, 2, 3])), b.pair(0).recv(got)]);
+ *   assert.deepEqual([...got], [1, 2, 3]);
+ *   await Promise.all([a.close(), b.close()]);
+ * }
  * ```
  */
 export class RdmaTransport implements Transport {

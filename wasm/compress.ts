@@ -32,7 +32,7 @@
  *
  * @example Compress a gradient to int8 and sum it into an accumulator
  * ```ts
- * import { compressionKernels } from "./compress.ts";
+ * import { compressionKernels } from "@dcomm/dcomm/compress";
  * import assert from "node:assert/strict";
  * const k = await compressionKernels();
  * const grad = new Float32Array([63.5, -127, 1, 2.5]);
@@ -69,7 +69,20 @@ import {
 export type { TypedArray } from "../core/dtype.ts";
 export type { KernelExports, KernelFn, KernelModule, TypedArrayConstructor, WasmHeap } from "./loader.ts";
 
-/** Options of {@linkcode CompressionKernels.quantizeInt8}. */
+/**
+ * Options of {@linkcode CompressionKernels.quantizeInt8}.
+ *
+ * @example Two blocks of two, each with its own scale
+ * ```ts
+ * import { compressionKernels, type QuantizeInt8Options } from "@dcomm/dcomm/compress";
+ * import assert from "node:assert/strict";
+ * const k = await compressionKernels();
+ * const options: QuantizeInt8Options = { blockSize: 2 };
+ * const { q, scales } = k.quantizeInt8(new Float32Array([1, -0.5, 254, 127]), options);
+ * assert.deepEqual(q, new Int8Array([127, -64, 127, 64])); // -63.5 and 63.5 round to even
+ * assert.deepEqual(scales, new Float32Array([1 / 127, 2]));
+ * ```
+ */
 export interface QuantizeInt8Options {
   /** Elements per scale, an integer >= 1; the last block may be shorter. */
   blockSize: number;
@@ -79,7 +92,21 @@ export interface QuantizeInt8Options {
   scales?: Float32Array;
 }
 
-/** An int8-quantized tensor: the values and one scale per block. */
+/**
+ * An int8-quantized tensor: the values and one scale per block.
+ *
+ * @example A round trip loses at most half a step per element
+ * ```ts
+ * import { compressionKernels, type Int8Packed } from "@dcomm/dcomm/compress";
+ * import assert from "node:assert/strict";
+ * const k = await compressionKernels();
+ * const grad = new Float32Array([0.3, -1.7, 2.5, 1e-3]);
+ * const packed: Int8Packed = k.quantizeInt8(grad, { blockSize: 4 });
+ * const back = new Float32Array(4);
+ * k.dequantizeInt8(packed, back, { blockSize: 4 });
+ * assert.ok(back.every((v, i) => Math.abs(v - grad[i]) <= packed.scales[0] / 2 + 1e-7));
+ * ```
+ */
 export interface Int8Packed {
   /** One int8 per element, in -127..127. */
   q: Int8Array;
@@ -87,7 +114,21 @@ export interface Int8Packed {
   scales: Float32Array;
 }
 
-/** Options of {@linkcode CompressionKernels.dequantizeInt8}. */
+/**
+ * Options of {@linkcode CompressionKernels.dequantizeInt8}.
+ *
+ * @example Summing two ranks' int8 contributions
+ * ```ts
+ * import { compressionKernels, type DequantizeInt8Options } from "@dcomm/dcomm/compress";
+ * import assert from "node:assert/strict";
+ * const k = await compressionKernels();
+ * const options: DequantizeInt8Options = { blockSize: 2, accumulate: true };
+ * const sum = new Float32Array(2);
+ * k.dequantizeInt8({ q: new Int8Array([127, 0]), scales: new Float32Array([1]) }, sum, options);
+ * k.dequantizeInt8({ q: new Int8Array([1, 2]), scales: new Float32Array([0.5]) }, sum, options);
+ * assert.deepEqual(sum, new Float32Array([127.5, 1]));
+ * ```
+ */
 export interface DequantizeInt8Options {
   /** The block size the values were quantized with. */
   blockSize: number;
@@ -95,7 +136,25 @@ export interface DequantizeInt8Options {
   accumulate?: boolean;
 }
 
-/** Options of {@linkcode CompressionKernels.signCompress}. */
+/**
+ * Options of {@linkcode CompressionKernels.signCompress}.
+ *
+ * @example Outputs sized once and reused every step
+ * ```ts
+ * import { compressionKernels, type SignCompressOptions, signSizes } from "@dcomm/dcomm/compress";
+ * import assert from "node:assert/strict";
+ * const k = await compressionKernels();
+ * const sizes = signSizes(4, 2);
+ * const options: SignCompressOptions = {
+ *   blockSize: 2,
+ *   bits: new Uint8Array(sizes.bits),
+ *   scales: new Float32Array(sizes.scales),
+ * };
+ * k.signCompress(new Float32Array([1, -3, 0.5, 0.5]), new Float32Array(4), options);
+ * assert.deepEqual(options.bits, new Uint8Array([0b1101]));
+ * assert.deepEqual(options.scales, new Float32Array([2, 0.5]));
+ * ```
+ */
 export interface SignCompressOptions {
   /** Elements per scale, an integer >= 1; the last block may be shorter. */
   blockSize: number;
@@ -105,7 +164,21 @@ export interface SignCompressOptions {
   scales?: Float32Array;
 }
 
-/** A sign-compressed tensor: one bit per element and one scale (the mean magnitude) per block. */
+/**
+ * A sign-compressed tensor: one bit per element and one scale (the mean magnitude) per block.
+ *
+ * @example Reading the signs back
+ * ```ts
+ * import { compressionKernels, type SignPacked } from "@dcomm/dcomm/compress";
+ * import assert from "node:assert/strict";
+ * const k = await compressionKernels();
+ * const residual = new Float32Array(4);
+ * const packed: SignPacked = k.signCompress(new Float32Array([2, -2, 0, -1]), residual, { blockSize: 4 });
+ * const signs = [0, 1, 2, 3].map((i) => (packed.bits[i >> 3] >> (i & 7)) & 1 ? "+" : "-");
+ * assert.deepEqual(signs, ["+", "-", "+", "-"]); // zero counts as non-negative
+ * assert.deepEqual(packed.scales, new Float32Array([1.25]));
+ * ```
+ */
 export interface SignPacked {
   /** Bit i (byte `i >> 3`, bit `i & 7`) is 1 for a non-negative element. */
   bits: Uint8Array;
@@ -113,7 +186,20 @@ export interface SignPacked {
   scales: Float32Array;
 }
 
-/** Options of {@linkcode CompressionKernels.signDecompress}. */
+/**
+ * Options of {@linkcode CompressionKernels.signDecompress}.
+ *
+ * @example
+ * ```ts
+ * import { compressionKernels, type SignDecompressOptions } from "@dcomm/dcomm/compress";
+ * import assert from "node:assert/strict";
+ * const k = await compressionKernels();
+ * const options: SignDecompressOptions = { blockSize: 2 };
+ * const dst = new Float32Array(4);
+ * k.signDecompress({ bits: new Uint8Array([0b0110]), scales: new Float32Array([1, 3]) }, dst, options);
+ * assert.deepEqual(dst, new Float32Array([-1, 1, 3, -3]));
+ * ```
+ */
 export interface SignDecompressOptions {
   /** The block size the values were compressed with. */
   blockSize: number;
@@ -121,7 +207,20 @@ export interface SignDecompressOptions {
   accumulate?: boolean;
 }
 
-/** Options of {@linkcode CompressionKernels.topK}. */
+/**
+ * Options of {@linkcode CompressionKernels.topK}.
+ *
+ * @example Writing into outputs of your own
+ * ```ts
+ * import { compressionKernels, type TopKOptions } from "@dcomm/dcomm/compress";
+ * import assert from "node:assert/strict";
+ * const k = await compressionKernels();
+ * const options: TopKOptions = { indices: new Uint32Array(2), values: new Float32Array(2) };
+ * k.topK(new Float32Array([0.5, -4, 3, 1]), 2, options);
+ * assert.deepEqual(options.indices, new Uint32Array([1, 2]));
+ * assert.deepEqual(options.values, new Float32Array([-4, 3]));
+ * ```
+ */
 export interface TopKOptions {
   /** Where to write the k indices. @default a new Uint32Array */
   indices?: Uint32Array;
@@ -129,7 +228,20 @@ export interface TopKOptions {
   values?: Float32Array;
 }
 
-/** A sparse vector: values at indices (top-k's output, scatter-add's input). */
+/**
+ * A sparse vector: values at indices (top-k's output, scatter-add's input).
+ *
+ * @example
+ * ```ts
+ * import { compressionKernels, type SparseVector } from "@dcomm/dcomm/compress";
+ * import assert from "node:assert/strict";
+ * const k = await compressionKernels();
+ * const update: SparseVector = { indices: new Uint32Array([0, 3]), values: new Float32Array([1, -1]) };
+ * const dense = new Float32Array(4);
+ * k.scatterAdd(dense, update);
+ * assert.deepEqual(dense, new Float32Array([1, 0, 0, -1]));
+ * ```
+ */
 export interface SparseVector {
   /** The element indices. */
   indices: Uint32Array;
@@ -137,7 +249,17 @@ export interface SparseVector {
   values: Float32Array;
 }
 
-/** Output sizes of int8 quantization, from {@linkcode int8Sizes}. */
+/**
+ * Output sizes of int8 quantization, from {@linkcode int8Sizes}.
+ *
+ * @example The bytes an int8 bucket of 1M elements sends
+ * ```ts
+ * import { type Int8Sizes, int8Sizes } from "@dcomm/dcomm/compress";
+ * import assert from "node:assert/strict";
+ * const sizes: Int8Sizes = int8Sizes(1 << 20, 256);
+ * assert.equal(sizes.q * 1 + sizes.scales * 4, (1 << 20) + 16384); // about a quarter of float32
+ * ```
+ */
 export interface Int8Sizes {
   /** Elements of `q`. */
   q: number;
@@ -145,7 +267,17 @@ export interface Int8Sizes {
   scales: number;
 }
 
-/** Output sizes of sign compression, from {@linkcode signSizes}. */
+/**
+ * Output sizes of sign compression, from {@linkcode signSizes}.
+ *
+ * @example The bytes a 1-bit bucket of 1M elements sends
+ * ```ts
+ * import { type SignSizes, signSizes } from "@dcomm/dcomm/compress";
+ * import assert from "node:assert/strict";
+ * const sizes: SignSizes = signSizes(1 << 20, 256);
+ * assert.equal(sizes.bits + sizes.scales * 4, (1 << 17) + 16384); // about 1/28 of float32
+ * ```
+ */
 export interface SignSizes {
   /** Bytes of `bits`. */
   bits: number;
@@ -163,7 +295,7 @@ export interface SignSizes {
  *
  * @example
  * ```ts
- * import { int8Sizes } from "./compress.ts";
+ * import { int8Sizes } from "@dcomm/dcomm/compress";
  * import assert from "node:assert/strict";
  * assert.deepEqual(int8Sizes(1000, 256), { q: 1000, scales: 4 });
  * ```
@@ -184,7 +316,7 @@ export function int8Sizes(n: number, blockSize: number): Int8Sizes {
  *
  * @example
  * ```ts
- * import { signSizes } from "./compress.ts";
+ * import { signSizes } from "@dcomm/dcomm/compress";
  * import assert from "node:assert/strict";
  * assert.deepEqual(signSizes(1000, 256), { bits: 125, scales: 4 });
  * ```
@@ -211,7 +343,7 @@ function kernelBlock(blockSize: number, n: number): number {
  *
  * @example Top-k, then the sum of two sparse contributions
  * ```ts
- * import { compressionKernels } from "./compress.ts";
+ * import { compressionKernels } from "@dcomm/dcomm/compress";
  * import assert from "node:assert/strict";
  * const k = await compressionKernels();
  * const top = k.topK(new Float32Array([0.1, -3, 2, 0, -2]), 3);
@@ -272,7 +404,7 @@ export class CompressionKernels {
    *
    * @example Reuse the outputs from step to step
    * ```ts
-   * import { compressionKernels, int8Sizes } from "./compress.ts";
+   * import { compressionKernels, int8Sizes } from "@dcomm/dcomm/compress";
    * import assert from "node:assert/strict";
    * const k = await compressionKernels();
    * const sizes = int8Sizes(3, 256);
@@ -313,7 +445,7 @@ export class CompressionKernels {
    *
    * @example
    * ```ts
-   * import { compressionKernels } from "./compress.ts";
+   * import { compressionKernels } from "@dcomm/dcomm/compress";
    * import assert from "node:assert/strict";
    * const k = await compressionKernels();
    * const dst = new Float32Array(3);
@@ -353,7 +485,7 @@ export class CompressionKernels {
    *
    * @example One step of 1-bit SGD with error feedback
    * ```ts
-   * import { compressionKernels } from "./compress.ts";
+   * import { compressionKernels } from "@dcomm/dcomm/compress";
    * import assert from "node:assert/strict";
    * const k = await compressionKernels();
    * const residual = new Float32Array(4); // zeros before the first step
@@ -397,7 +529,7 @@ export class CompressionKernels {
    *
    * @example Sum two ranks' contributions
    * ```ts
-   * import { compressionKernels } from "./compress.ts";
+   * import { compressionKernels } from "@dcomm/dcomm/compress";
    * import assert from "node:assert/strict";
    * const k = await compressionKernels();
    * const sum = new Float32Array(3);
@@ -444,7 +576,7 @@ export class CompressionKernels {
    *
    * @example
    * ```ts
-   * import { compressionKernels } from "./compress.ts";
+   * import { compressionKernels } from "@dcomm/dcomm/compress";
    * import assert from "node:assert/strict";
    * const k = await compressionKernels();
    * const { indices, values } = k.topK(new Float32Array([1, NaN, -4, 4, 2]), 2);
@@ -482,7 +614,7 @@ export class CompressionKernels {
    *
    * @example
    * ```ts
-   * import { compressionKernels } from "./compress.ts";
+   * import { compressionKernels } from "@dcomm/dcomm/compress";
    * import assert from "node:assert/strict";
    * const k = await compressionKernels();
    * const dst = new Float32Array(3);
@@ -537,7 +669,7 @@ let instance: CompressionKernels | undefined;
  *
  * @example
  * ```ts
- * import { compressionKernels } from "./compress.ts";
+ * import { compressionKernels } from "@dcomm/dcomm/compress";
  * import assert from "node:assert/strict";
  * const k = await compressionKernels();
  * assert.equal(k, await compressionKernels());

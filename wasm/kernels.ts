@@ -17,7 +17,7 @@
  *
  * @example Sum, then average over three ranks
  * ```ts
- * import { kernels } from "./kernels.ts";
+ * import { kernels } from "@dcomm/dcomm/kernels";
  * import assert from "node:assert/strict";
  * const k = await kernels();
  * const grad = new Float32Array([1, 2, 3]);
@@ -53,7 +53,21 @@ export {
   WasmHeap,
 } from "./loader.ts";
 
-/** Options of {@linkcode Kernels.reduce} and {@linkcode Kernels.reduceMany}. */
+/**
+ * Options of {@linkcode Kernels.reduce} and {@linkcode Kernels.reduceMany}.
+ *
+ * @example The maximum of bfloat16 values held as bits
+ * ```ts
+ * import { kernels, type ReduceOptions } from "@dcomm/dcomm/kernels";
+ * import assert from "node:assert/strict";
+ * const k = await kernels();
+ * const options: ReduceOptions = { op: "max", dtype: "bfloat16" };
+ * const a = new Uint16Array([0x3f80, 0xc000]); // 1, -2
+ * k.reduce(a, new Uint16Array([0x4000, 0xbf80]), options); // 2, -1
+ * assert.deepEqual(a, new Uint16Array([0x4000, 0xbf80]));
+ * assert.throws(() => k.reduce(a, a.slice(), { ...options, op: "avg" }), RangeError); // use reduceMany
+ * ```
+ */
 export interface ReduceOptions {
   /** The operator; `reduce` rejects `"avg"`, which needs the number of contributions. @default "sum" */
   op?: ReduceOp;
@@ -61,19 +75,60 @@ export interface ReduceOptions {
   dtype?: DType;
 }
 
-/** Options of {@linkcode Kernels.divide}. */
+/**
+ * Options of {@linkcode Kernels.divide}.
+ *
+ * @example Averaging a float16 sum over four ranks
+ * ```ts
+ * import { type DivideOptions, kernels } from "@dcomm/dcomm/kernels";
+ * import assert from "node:assert/strict";
+ * const k = await kernels();
+ * const options: DivideOptions = { dtype: "float16" };
+ * const sum = new Uint16Array([0x4400, 0x4800]); // 4, 8
+ * k.divide(sum, 4, options);
+ * assert.deepEqual(sum, new Uint16Array([0x3c00, 0x4000])); // 1, 2
+ * ```
+ */
 export interface DivideOptions {
   /** The dtype; required for a Uint16Array (`"float16"` or `"bfloat16"`). @default inferred from dst */
   dtype?: DType;
 }
 
-/** Options of {@linkcode Kernels.axpy}. */
+/**
+ * Options of {@linkcode Kernels.axpy}.
+ *
+ * @example y += alpha · x, in float64
+ * ```ts
+ * import { type AxpyOptions, kernels } from "@dcomm/dcomm/kernels";
+ * import assert from "node:assert/strict";
+ * const k = await kernels();
+ * const options: AxpyOptions = { alpha: 0.5 };
+ * const y = new Float64Array([1, 1]);
+ * k.axpy(y, new Float64Array([2, 4]), options);
+ * assert.deepEqual(y, new Float64Array([2, 3]));
+ * ```
+ */
 export interface AxpyOptions {
   /** The factor of x, rounded to float32 for Float32Arrays. @default 1 */
   alpha?: number;
 }
 
-/** Options of {@linkcode Kernels.matmul}: the output and the shapes, row-major. */
+/**
+ * Options of {@linkcode Kernels.matmul}: the output and the shapes, row-major.
+ *
+ * @example A weight gradient, Xᵀ · dY, accumulated over two mini-batches
+ * ```ts
+ * import { kernels, type MatmulOptions } from "@dcomm/dcomm/kernels";
+ * import assert from "node:assert/strict";
+ * const k = await kernels();
+ * const x = new Float32Array([1, 2, 3, 4]); // 2 samples × 2 inputs
+ * const dy = new Float32Array([1, 0, 0, 1]); // 2 samples × 2 outputs
+ * const options: MatmulOptions = { c: new Float32Array(4), m: 2, k: 2, n: 2, transA: true };
+ * k.matmul(x, dy, options);
+ * k.matmul(x, dy, { ...options, accumulate: true });
+ * assert.deepEqual(options.c, new Float32Array([2, 6, 4, 8]));
+ * ```
+ */
 export interface MatmulOptions {
   /** The output C, m x n. */
   c: Float32Array;
@@ -100,7 +155,7 @@ export interface MatmulOptions {
  *
  * @example
  * ```ts
- * import { dtypeCode } from "./kernels.ts";
+ * import { dtypeCode } from "@dcomm/dcomm/kernels";
  * import assert from "node:assert/strict";
  * assert.equal(dtypeCode("float32"), 8);
  * ```
@@ -124,7 +179,7 @@ export function dtypeCode(dtype: DType): number {
  *
  * @example
  * ```ts
- * import { opCode } from "./kernels.ts";
+ * import { opCode } from "@dcomm/dcomm/kernels";
  * import assert from "node:assert/strict";
  * assert.equal(opCode("max"), 3);
  * ```
@@ -153,7 +208,7 @@ function inPlace(heap: WasmHeap, array: TypedArray): number {
  *
  * @example Reduce in place in wasm memory
  * ```ts
- * import { kernels } from "./kernels.ts";
+ * import { kernels } from "@dcomm/dcomm/kernels";
  * import assert from "node:assert/strict";
  * const k = await kernels();
  * const mark = k.heap.top;
@@ -217,7 +272,7 @@ export class Kernels {
    *
    * @example Sum float16 gradients held as bits
    * ```ts
-   * import { kernels } from "./kernels.ts";
+   * import { kernels } from "@dcomm/dcomm/kernels";
    * import assert from "node:assert/strict";
    * const k = await kernels();
    * const a = new Uint16Array([0x3c00, 0x4000]); // 1, 2
@@ -254,7 +309,7 @@ export class Kernels {
    *
    * @example Average int32 counters over four ranks (truncating, as NCCL does)
    * ```ts
-   * import { kernels } from "./kernels.ts";
+   * import { kernels } from "@dcomm/dcomm/kernels";
    * import assert from "node:assert/strict";
    * const k = await kernels();
    * const out = new Int32Array(2);
@@ -298,7 +353,7 @@ export class Kernels {
    *
    * @example
    * ```ts
-   * import { kernels } from "./kernels.ts";
+   * import { kernels } from "@dcomm/dcomm/kernels";
    * import assert from "node:assert/strict";
    * const k = await kernels();
    * const sum = new Float64Array([3, 6]);
@@ -328,7 +383,7 @@ export class Kernels {
    *
    * @example
    * ```ts
-   * import { kernels } from "./kernels.ts";
+   * import { kernels } from "@dcomm/dcomm/kernels";
    * import assert from "node:assert/strict";
    * const k = await kernels();
    * const h = new Uint16Array(3);
@@ -350,7 +405,7 @@ export class Kernels {
    *
    * @example
    * ```ts
-   * import { kernels } from "./kernels.ts";
+   * import { kernels } from "@dcomm/dcomm/kernels";
    * import assert from "node:assert/strict";
    * const k = await kernels();
    * const f = new Float32Array(2);
@@ -372,7 +427,7 @@ export class Kernels {
    *
    * @example
    * ```ts
-   * import { kernels } from "./kernels.ts";
+   * import { kernels } from "@dcomm/dcomm/kernels";
    * import assert from "node:assert/strict";
    * const k = await kernels();
    * const b = new Uint16Array(2);
@@ -394,7 +449,7 @@ export class Kernels {
    *
    * @example
    * ```ts
-   * import { kernels } from "./kernels.ts";
+   * import { kernels } from "@dcomm/dcomm/kernels";
    * import assert from "node:assert/strict";
    * const k = await kernels();
    * const f = new Float32Array(1);
@@ -416,7 +471,7 @@ export class Kernels {
    *
    * @example
    * ```ts
-   * import { kernels } from "./kernels.ts";
+   * import { kernels } from "@dcomm/dcomm/kernels";
    * import assert from "node:assert/strict";
    * const k = await kernels();
    * const x = new Float32Array([1, -2]);
@@ -448,7 +503,7 @@ export class Kernels {
    *
    * @example An SGD step
    * ```ts
-   * import { kernels } from "./kernels.ts";
+   * import { kernels } from "@dcomm/dcomm/kernels";
    * import assert from "node:assert/strict";
    * const k = await kernels();
    * const w = new Float32Array([1, 1]);
@@ -485,7 +540,7 @@ export class Kernels {
    *
    * @example A 2 x 2 product
    * ```ts
-   * import { kernels } from "./kernels.ts";
+   * import { kernels } from "@dcomm/dcomm/kernels";
    * import assert from "node:assert/strict";
    * const k = await kernels();
    * const c = new Float32Array(4);
@@ -525,7 +580,7 @@ export class Kernels {
    *
    * @example
    * ```ts
-   * import { kernels } from "./kernels.ts";
+   * import { kernels } from "@dcomm/dcomm/kernels";
    * import assert from "node:assert/strict";
    * const k = await kernels();
    * const mark = k.heap.top;
@@ -562,7 +617,7 @@ export class Kernels {
    *
    * @example
    * ```ts
-   * import { kernels } from "./kernels.ts";
+   * import { kernels } from "@dcomm/dcomm/kernels";
    * import assert from "node:assert/strict";
    * const k = await kernels();
    * const mark = k.heap.top;
@@ -606,7 +661,7 @@ export class Kernels {
    *
    * @example
    * ```ts
-   * import { kernels } from "./kernels.ts";
+   * import { kernels } from "@dcomm/dcomm/kernels";
    * import assert from "node:assert/strict";
    * const k = await kernels();
    * const mark = k.heap.top;
@@ -697,7 +752,7 @@ let loaded: Promise<Kernels> | undefined;
  *
  * @example
  * ```ts
- * import { kernels } from "./kernels.ts";
+ * import { kernels } from "@dcomm/dcomm/kernels";
  * import assert from "node:assert/strict";
  * assert.equal(await kernels(), await kernels());
  * ```

@@ -11,10 +11,32 @@
  */
 import type { TypedArray } from "../core/dtype.ts";
 
-/** A function exported by the kernels: pointers and lengths are wasm32 numbers. */
+/**
+ * A function exported by the kernels: pointers and lengths are wasm32 numbers.
+ *
+ * @example Calling a kernel by its C name
+ * ```ts
+ * import { type KernelFn, loadKernelModule } from "@dcomm/dcomm/kernels";
+ * import assert from "node:assert/strict";
+ * const module = await loadKernelModule();
+ * const heapBase: KernelFn = module.fn("heap_base");
+ * assert.ok(heapBase() > 0); // the first byte the heap may use
+ * ```
+ */
 export type KernelFn = (...args: number[]) => number;
 
-/** The raw exports of `kernels.wasm`. */
+/**
+ * The raw exports of `kernels.wasm`.
+ *
+ * @example The module's exports, as WebAssembly sees them
+ * ```ts
+ * import { type KernelExports, loadKernelModule } from "@dcomm/dcomm/kernels";
+ * import assert from "node:assert/strict";
+ * const exports: KernelExports = (await loadKernelModule()).exports;
+ * assert.ok(exports.memory instanceof WebAssembly.Memory);
+ * assert.equal(typeof exports["reduce"], "function");
+ * ```
+ */
 export interface KernelExports {
   /** The module's linear memory. */
   readonly memory: WebAssembly.Memory;
@@ -24,7 +46,25 @@ export interface KernelExports {
 
 const PAGE = 65536;
 
-/** A constructor of a TypedArray, as used by {@linkcode WasmHeap.view}. */
+/**
+ * A constructor of a TypedArray, as used by {@linkcode WasmHeap.view}.
+ *
+ * @example A helper that places an array of any class on the kernels' heap
+ * ```ts
+ * import { kernels, type TypedArray, type TypedArrayConstructor } from "@dcomm/dcomm/kernels";
+ * import assert from "node:assert/strict";
+ * const k = await kernels();
+ * function heapArray<T extends TypedArray>(ctor: TypedArrayConstructor<T>, length: number): T {
+ *   const ptr = k.heap.alloc(length * ctor.BYTES_PER_ELEMENT, ctor.BYTES_PER_ELEMENT);
+ *   return k.heap.view(ctor, ptr, length);
+ * }
+ * const mark = k.heap.top;
+ * const counts = heapArray(Int32Array, 3);
+ * counts.set([1, 2, 3]);
+ * assert.ok(k.heap.owns(counts));
+ * k.heap.reset(mark);
+ * ```
+ */
 export interface TypedArrayConstructor<T extends TypedArray> {
   /** Creates a view. */
   new (buffer: ArrayBuffer, byteOffset: number, length: number): T;
@@ -35,6 +75,22 @@ export interface TypedArrayConstructor<T extends TypedArray> {
 /**
  * A stack allocator over wasm linear memory. Growing memory detaches every view of the old buffer, so
  * take views only after the last allocation of a call, or take them again.
+ *
+ * @example Arrays in wasm memory, used in place by the kernels, then popped
+ * ```ts
+ * import { kernels, type WasmHeap } from "@dcomm/dcomm/kernels";
+ * import assert from "node:assert/strict";
+ * const k = await kernels();
+ * const heap: WasmHeap = k.heap;
+ * const mark = heap.top;
+ * const a = heap.view(Float32Array, heap.alloc(8), 2);
+ * a.set([1, 2]);
+ * assert.ok(heap.owns(a)); // reduce() reads and writes it where it lies: no staging copy
+ * k.reduce(a, new Float32Array([10, 20]));
+ * assert.deepEqual(a, new Float32Array([11, 22]));
+ * heap.reset(mark);
+ * assert.equal(heap.top, mark);
+ * ```
  */
 export class WasmHeap {
   #memory: WebAssembly.Memory;
@@ -163,7 +219,19 @@ export class WasmHeap {
   }
 }
 
-/** The loaded module: its exports and the heap over its memory. */
+/**
+ * The loaded module: its exports and the heap over its memory.
+ *
+ * @example Binding kernels of your own module wrapper
+ * ```ts
+ * import { Kernels, type KernelModule, loadKernelModule } from "@dcomm/dcomm/kernels";
+ * import assert from "node:assert/strict";
+ * const module: KernelModule = await loadKernelModule();
+ * const k = new Kernels(module); // what kernels() does, once per thread
+ * assert.equal(k.heap, module.heap);
+ * assert.throws(() => module.fn("no_such_kernel"), TypeError);
+ * ```
+ */
 export interface KernelModule {
   /** The raw exports. */
   readonly exports: KernelExports;
@@ -184,6 +252,13 @@ let loading: Promise<KernelModule> | undefined;
  * permission: the module is part of the import graph, so it loads from JSR as from disk.
  *
  * @returns The module.
+ *
+ * @example Loaded once per thread
+ * ```ts
+ * import { loadKernelModule } from "@dcomm/dcomm/kernels";
+ * import assert from "node:assert/strict";
+ * assert.equal(await loadKernelModule(), await loadKernelModule());
+ * ```
  */
 export function loadKernelModule(): Promise<KernelModule> {
   loading ??= (async () => {

@@ -155,12 +155,32 @@ function checkWorld(
  *   disagree with MPI's world (a library that does not match the launcher), or srun started the tasks
  *   without a PMI plugin (MPI sees a world of 1 in a step of several tasks: use `srun --mpi=pmi2`).
  *
- * @example
- * ```ts ignore
+ * @example A sub-group of the even ranks, three ranks under mpiexec (without mpiexec, it says so)
+ * ```ts
  * import { initMpi } from "./create.ts";
- * await using world = await initMpi();
- * const even = await world.newGroup(world.ranks.filter((r) => r % 2 === 0));
- * if (even.rank >= 0) await even.allReduce(new Float64Array([world.rank]));
+ * import assert from "node:assert/strict";
+ * await assert.rejects(initMpi({ timeoutMs: 0 }), RangeError); // checked before MPI starts
+ * const script = await Deno.makeTempFile({ suffix: ".ts" });
+ * await Deno.writeTextFile(script, `
+ *   import { initMpi } from "${new URL("./create.ts", import.meta.url)}";
+ *   await using world = await initMpi();
+ *   const even = await world.newGroup(world.ranks.filter((r) => r % 2 === 0));
+ *   const x = new Float64Array([world.rank]);
+ *   if (even.rank >= 0) await even.allReduce(x);
+ *   console.log(world.rank, x[0]);
+ * `);
+ * const mpiexec = new Deno.Command("mpiexec", { args: ["-n", "3", Deno.execPath(), "run", "-A", script] });
+ * try {
+ *   const job = await mpiexec.output();
+ *   const lines = new TextDecoder().decode(job.stdout).trim().split("\n").sort();
+ *   // Ranks 0 and 2 hold 0 + 2; rank 1, outside the sub-group, keeps its own value.
+ *   assert.deepEqual(lines, ["0 2", "1 1", "2 2"], new TextDecoder().decode(job.stderr));
+ * } catch (e) {
+ *   if (!(e instanceof Deno.errors.NotFound)) throw e;
+ *   console.log("No mpiexec here: install MPICH (apt-get install mpich) to run the mpi backend");
+ * } finally {
+ *   await Deno.remove(script);
+ * }
  * ```
  */
 export function initMpi(options: MpiInitOptions = {}): Promise<MpiProcessGroup> {

@@ -31,8 +31,8 @@ import { applyTuning, type NcclTuning, tuningConfig } from "./tuning.ts";
  *
  * @example GPU 1 with NCCL's ring algorithm (pass `options` to `init` on a host with GPUs)
  * ```ts
- * import type { NcclOptions } from "./create.ts";
- * import type { InitOptions } from "../init.ts";
+ * import type { NcclOptions } from "@dcomm/dcomm/nccl";
+ * import type { InitOptions } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * const nccl: NcclOptions = { device: 1, tuning: { algo: "Ring", maxCTAs: 16 } };
  * const options: InitOptions = { backend: "nccl", nccl };
@@ -46,7 +46,33 @@ export interface NcclOptions {
   tuning?: NcclTuning;
 }
 
-/** Options of {@linkcode createNcclGroup}. */
+/**
+ * Options of {@linkcode createNcclGroup}.
+ *
+ * @example A world of one on GPU 0 that owns its store
+ * ```ts
+ * import { createNcclGroup, type CreateNcclGroupOptions, ncclBackendMissing } from "@dcomm/dcomm/nccl";
+ * import { MemoryStore } from "@dcomm/dcomm/store";
+ * import assert from "node:assert/strict";
+ * const store = new MemoryStore();
+ * const options: CreateNcclGroupOptions = {
+ *   rank: 0,
+ *   size: 1,
+ *   store,
+ *   device: 0,
+ *   timeoutMs: 60_000,
+ *   prefix: "job-7/nccl", // one prefix per world made on the same store
+ *   onClose: () => store.close(), // closing the group closes the store
+ * };
+ * if (ncclBackendMissing() === undefined) {
+ *   await using pg = await createNcclGroup(options);
+ *   assert.equal(pg.device, 0);
+ * } else {
+ *   await store.close();
+ * }
+ * await assert.rejects(createNcclGroup({ ...options, rank: 1 }), RangeError); // checked before NCCL loads
+ * ```
+ */
 export interface CreateNcclGroupOptions extends NcclOptions {
   /** This rank. */
   rank: number;
@@ -69,6 +95,13 @@ export interface CreateNcclGroupOptions extends NcclOptions {
  * least one GPU). Never throws.
  *
  * @returns The reason.
+ *
+ * @example
+ * ```ts
+ * import { ncclBackendMissing } from "@dcomm/dcomm/nccl";
+ * const missing = ncclBackendMissing(); // undefined, or why not: no NCCL, an NCCL older than 2.7, no GPU
+ * console.log(missing === undefined ? "the nccl backend can run here" : `no nccl backend: ${missing}`);
+ * ```
  */
 export function ncclBackendMissing(): string | undefined {
   let lib;
@@ -99,15 +132,23 @@ export function ncclBackendMissing(): string | undefined {
  * @throws {NcclError} If NCCL fails to create the communicator, with NCCL's own reason.
  * @throws {TimeoutError} If the other ranks do not join in time (the attempt is aborted).
  *
- * @example One rank on GPU 0
- * ```ts ignore
- * import { createNcclGroup } from "./create.ts";
- * import { MemoryStore } from "../../store/memory_store.ts";
- * import { DeviceBuffer } from "../../gpu/device_buffer.ts";
+ * @example One rank on GPU 0, or the error that says why it cannot start
+ * ```ts
+ * import { createNcclGroup, ncclBackendMissing } from "@dcomm/dcomm/nccl";
+ * import { MemoryStore } from "@dcomm/dcomm/store";
+ * import { DeviceBuffer } from "@dcomm/dcomm/gpu";
+ * import { DistError } from "@dcomm/dcomm";
+ * import assert from "node:assert/strict";
  * await using store = new MemoryStore();
- * await using pg = await createNcclGroup({ rank: 0, size: 1, store });
- * using grad = DeviceBuffer.from(new Float32Array([1, 2, 3]));
- * await pg.allReduce(grad, { op: "avg" });
+ * if (ncclBackendMissing() === undefined) {
+ *   await using pg = await createNcclGroup({ rank: 0, size: 1, store });
+ *   using grad = DeviceBuffer.from(new Float32Array([1, 2, 3]));
+ *   await pg.allReduce(grad, { op: "avg" });
+ *   assert.deepEqual(grad.toArray(), new Float32Array([1, 2, 3]));
+ * } else {
+ *   // LibraryNotFoundError without NCCL (every path tried), UnsupportedError without a GPU
+ *   await assert.rejects(createNcclGroup({ rank: 0, size: 1, store }), DistError);
+ * }
  * ```
  */
 export async function createNcclGroup(options: CreateNcclGroupOptions): Promise<NcclProcessGroup> {
@@ -171,6 +212,19 @@ export async function createNcclGroup(options: CreateNcclGroupOptions): Promise<
  * @returns The world group.
  * @throws {RangeError} If the rank, world size or store address is missing or invalid.
  * @throws {LibraryNotFoundError | UnsupportedError | NcclError | TimeoutError} As `createNcclGroup`.
+ *
+ * @example A world of one, as `init` starts it
+ * ```ts
+ * import { initNccl, ncclBackendMissing } from "@dcomm/dcomm/nccl";
+ * import { DistError } from "@dcomm/dcomm";
+ * import assert from "node:assert/strict";
+ * if (ncclBackendMissing() === undefined) {
+ *   await using pg = await initNccl({ rank: 0, worldSize: 1, env: {}, nccl: { device: 0 } });
+ *   console.log(`rank ${pg.rank} of ${pg.size} on GPU ${pg.device}, NCCL ${pg.ncclVersion}`);
+ * } else {
+ *   await assert.rejects(initNccl({ rank: 0, worldSize: 1, env: {} }), DistError);
+ * }
+ * ```
  */
 export async function initNccl(
   options: InitOptions & { nccl?: NcclOptions } = {},

@@ -14,7 +14,20 @@ import type { DeviceBuffer } from "../../gpu/mod.ts";
 import { hostGroups } from "../../collectives/hierarchical_allreduce.ts";
 import type { NcclProcessGroup } from "./nccl_group.ts";
 
-/** The groups of a hierarchy: each host's ranks, and each local index's ranks across the hosts. */
+/**
+ * The groups of a hierarchy: each host's ranks, and each local index's ranks across the hosts.
+ *
+ * @example Two hosts of three GPUs
+ * ```ts
+ * import { type HierarchyPlan, hierarchyPlan } from "@dcomm/dcomm/nccl";
+ * import { UnsupportedError } from "@dcomm/dcomm";
+ * import assert from "node:assert/strict";
+ * const plan: HierarchyPlan = hierarchyPlan([0, 0, 0, 1, 1, 1]);
+ * assert.deepEqual(plan.hosts, [[0, 1, 2], [3, 4, 5]]);
+ * assert.deepEqual(plan.across, [[0, 3], [1, 4], [2, 5]]);
+ * assert.throws(() => hierarchyPlan([0, 0, 1]), UnsupportedError); // uneven hosts
+ * ```
+ */
 export interface HierarchyPlan {
   /** The group ranks of each host, in rank order. */
   readonly hosts: readonly (readonly number[])[];
@@ -31,7 +44,7 @@ export interface HierarchyPlan {
  *
  * @example
  * ```ts
- * import { hierarchyPlan } from "./hierarchical.ts";
+ * import { hierarchyPlan } from "@dcomm/dcomm/nccl";
  * import assert from "node:assert/strict";
  * const plan = hierarchyPlan([0, 0, 1, 1]);
  * assert.deepEqual(plan.hosts, [[0, 1], [2, 3]]);
@@ -51,7 +64,26 @@ export function hierarchyPlan(hosts: readonly number[]): HierarchyPlan {
   return { hosts: groups, across: Array.from({ length: L }, (_, i) => groups.map((g) => g[i])) };
 }
 
-/** Within-host and across-host sub-groups of an nccl group, for {@linkcode NcclHierarchy.allReduce}. */
+/**
+ * Within-host and across-host sub-groups of an nccl group, for {@linkcode NcclHierarchy.allReduce}.
+ *
+ * @example On a world of one (on a cluster: one rank per GPU, `hosts` the host of each rank)
+ * ```ts
+ * import { createNcclGroup, ncclBackendMissing, NcclHierarchy } from "@dcomm/dcomm/nccl";
+ * import { DeviceBuffer } from "@dcomm/dcomm/gpu";
+ * import { MemoryStore } from "@dcomm/dcomm/store";
+ * import assert from "node:assert/strict";
+ * if (ncclBackendMissing() === undefined) {
+ *   await using store = new MemoryStore();
+ *   await using pg = await createNcclGroup({ rank: 0, size: 1, store });
+ *   await using hierarchy = await NcclHierarchy.create(pg, [0]); // needs ncclCommSplit (NCCL 2.18)
+ *   using grad = DeviceBuffer.from(new Float32Array([1, 2, 3]));
+ *   await hierarchy.allReduce(grad, { op: "avg" });
+ *   assert.deepEqual(grad.toArray(), new Float32Array([1, 2, 3]));
+ *   assert.deepEqual([hierarchy.intra.ranks, hierarchy.inter.ranks], [[0], [0]]);
+ * }
+ * ```
+ */
 export class NcclHierarchy implements AsyncDisposable {
   /** The group the hierarchy splits. */
   readonly world: NcclProcessGroup;

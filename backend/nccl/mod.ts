@@ -5,13 +5,20 @@
  * timeout, sub-groups through `ncclCommSplit`, and NCCL's tuning as options. Start it with
  * `init({ backend: "nccl" })`, or {@linkcode createNcclGroup} with a store of your own.
  *
- * @example
- * ```ts ignore
- * import { init } from "../init.ts";
- * import { DeviceBuffer } from "../../gpu/mod.ts";
- * await using pg = await init({ backend: "nccl", nccl: { tuning: { proto: "Simple" } } });
- * using grad = DeviceBuffer.from(new Float32Array(1 << 20));
- * await pg.allReduce(grad, { op: "avg" });
+ * @example An all-reduce of GPU memory (without NCCL or a GPU, `ncclBackendMissing` says why)
+ * ```ts
+ * import { init } from "@dcomm/dcomm";
+ * import { DeviceBuffer } from "@dcomm/dcomm/gpu";
+ * import { ncclBackendMissing } from "@dcomm/dcomm/nccl";
+ * const missing = ncclBackendMissing();
+ * if (missing === undefined) {
+ *   // Under a launcher, init({ backend: "nccl" }) alone: the rank and world come from the environment.
+ *   await using pg = await init({ backend: "nccl", rank: 0, worldSize: 1, env: {} });
+ *   using grad = DeviceBuffer.from(new Float32Array(1 << 20).fill(1));
+ *   await pg.allReduce(grad, { op: "avg" });
+ * } else {
+ *   console.log(`The nccl backend cannot run here: ${missing}`);
+ * }
  * ```
  *
  * @module

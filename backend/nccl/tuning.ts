@@ -15,7 +15,7 @@ import type { NcclConfigOptions } from "../../ffi/nccl/config.ts";
  *
  * @example The variables and config fields a tuning sets
  * ```ts
- * import { type NcclTuning, tuningConfig, tuningEnv } from "./tuning.ts";
+ * import { type NcclTuning, tuningConfig, tuningEnv } from "@dcomm/dcomm/nccl";
  * import assert from "node:assert/strict";
  * const tuning: NcclTuning = {
  *   algo: "Tree,Ring",
@@ -49,7 +49,25 @@ export interface NcclTuning {
   config?: NcclConfigOptions;
 }
 
-/** What tuning applies to a communicator, as reported. */
+/**
+ * What tuning applies to a communicator, as reported.
+ *
+ * @example The tuning in effect, as every Work of the backend reports it
+ * ```ts
+ * import { applyTuning, type NcclTuningReport } from "@dcomm/dcomm/nccl";
+ * import assert from "node:assert/strict";
+ * const saved = Deno.env.get("NCCL_BUFFSIZE");
+ * const report: NcclTuningReport = applyTuning({ buffSize: 8 << 20, maxCTAs: 16 });
+ * assert.deepEqual(report.applied, { NCCL_BUFFSIZE: "8388608", NCCL_MAX_CTAS: "16" });
+ * assert.equal(report.env.NCCL_BUFFSIZE, "8388608"); // now in this process's environment
+ * assert.deepEqual(report.config, { maxCTAs: 16 }); // and in each communicator's ncclConfig_t
+ * for (const note of report.notes) console.log(note); // e.g. a value NCCL read before
+ * // (this example leaves the environment as it found it)
+ * if (saved === undefined) Deno.env.delete("NCCL_BUFFSIZE");
+ * else Deno.env.set("NCCL_BUFFSIZE", saved);
+ * Deno.env.delete("NCCL_MAX_CTAS");
+ * ```
+ */
 export interface NcclTuningReport {
   /** Every `NCCL_*` variable in this process's environment when the communicator was created. */
   readonly env: Readonly<Record<string, string>>;
@@ -90,6 +108,18 @@ function word(name: string, value: string | undefined): string | undefined {
  * @param tuning The tuning.
  * @returns The variables, by name.
  * @throws {TypeError | RangeError} If a value is malformed.
+ *
+ * @example
+ * ```ts
+ * import { tuningEnv } from "@dcomm/dcomm/nccl";
+ * import assert from "node:assert/strict";
+ * assert.deepEqual(tuningEnv({ proto: "^LL128", env: { NCCL_DEBUG: "INFO" } }), {
+ *   NCCL_PROTO: "^LL128",
+ *   NCCL_DEBUG: "INFO",
+ * });
+ * assert.throws(() => tuningEnv({ algo: "Ring Tree" }), TypeError); // a comma list, no spaces
+ * assert.throws(() => tuningEnv({ maxCTAs: 0 }), RangeError);
+ * ```
  */
 export function tuningEnv(tuning: NcclTuning = {}): Record<string, string> {
   const vars: Record<string, string | undefined> = {
@@ -113,6 +143,16 @@ export function tuningEnv(tuning: NcclTuning = {}): Record<string, string> {
  *
  * @param tuning The tuning.
  * @returns The fields.
+ *
+ * @example
+ * ```ts
+ * import { tuningConfig } from "@dcomm/dcomm/nccl";
+ * import assert from "node:assert/strict";
+ * assert.deepEqual(tuningConfig({ minCTAs: 4, algo: "Ring", config: { cgaClusterSize: 2 } }), {
+ *   minCTAs: 4,
+ *   cgaClusterSize: 2,
+ * });
+ * ```
  */
 export function tuningConfig(tuning: NcclTuning = {}): NcclConfigOptions {
   const config: Record<string, number | string> = {};
@@ -150,6 +190,19 @@ export function noteNcclStarted(): void {
  * @param tuning The tuning.
  * @returns The report.
  * @throws {TypeError | RangeError} If a value is malformed.
+ *
+ * @example Before NCCL loads: the variables go into the environment
+ * ```ts
+ * import { applyTuning } from "@dcomm/dcomm/nccl";
+ * import assert from "node:assert/strict";
+ * const saved = Deno.env.get("NCCL_PROTO");
+ * const { applied } = applyTuning({ proto: "Simple" });
+ * assert.deepEqual(applied, { NCCL_PROTO: "Simple" });
+ * assert.equal(Deno.env.get("NCCL_PROTO"), "Simple");
+ * // (this example leaves the environment as it found it)
+ * if (saved === undefined) Deno.env.delete("NCCL_PROTO");
+ * else Deno.env.set("NCCL_PROTO", saved);
+ * ```
  */
 export function applyTuning(tuning: NcclTuning = {}): NcclTuningReport {
   const vars = tuningEnv(tuning);

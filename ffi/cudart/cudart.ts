@@ -84,11 +84,21 @@ export function errorString(code: number): string {
  * @param call The call, for the message, e.g. `"cudaMalloc(4096)"`.
  * @throws {CudaError} With `status` = `rc`, and the code's name and string in the message.
  *
- * @example
- * ```ts ignore
+ * @example Counting the GPUs (without a usable GPU, the error says why)
+ * ```ts
  * import { check, cudart } from "./cudart.ts";
+ * import { DistError } from "../../core/errors.ts";
+ * check(0, "cudaDeviceSynchronize"); // cudaSuccess: nothing happens
  * const count = new Int32Array(1);
- * check(cudart().cudaGetDeviceCount(count), "cudaGetDeviceCount");
+ * try {
+ *   check(cudart().cudaGetDeviceCount(count), "cudaGetDeviceCount");
+ *   console.log(`${count[0]} GPU(s)`);
+ * } catch (e) {
+ *   // A CudaError without a driver ("cudaGetDeviceCount failed: cudaErrorInsufficientDriver (35): ..."),
+ *   // or a LibraryNotFoundError from cudart() without the CUDA runtime
+ *   if (!(e instanceof DistError)) throw e;
+ *   console.log(e.message.split("\n")[0]);
+ * }
  * ```
  */
 export function check(rc: number, call: string): void {

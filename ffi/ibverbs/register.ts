@@ -12,12 +12,19 @@
  *
  * Neither report throws: they are for printing.
  *
- * @example Registering a host buffer (on a machine with RDMA hardware)
- * ```ts ignore
+ * @example Registering a host buffer (without an RDMA device, the error says why)
+ * ```ts
  * import { registerMemory } from "./register.ts";
+ * import { DistError } from "../../core/errors.ts";
  * const bytes = new Uint8Array(1 << 20);
- * using region = registerMemory(bytes, { access: ["local-write", "remote-write"] });
- * console.log(region.address, region.lkey, region.rkey);
+ * try {
+ *   using region = registerMemory(bytes, { access: ["local-write", "remote-write"] });
+ *   console.log(region.address, region.lkey, region.rkey);
+ * } catch (e) {
+ *   // NoRdmaDeviceError without a device, LibraryNotFoundError without libibverbs
+ *   if (!(e instanceof DistError)) throw e;
+ *   console.log(e.message.split("\n")[0]);
+ * }
  * ```
  *
  * @module
@@ -202,9 +209,18 @@ function mib(bytes: number): string {
  * @throws {IbverbsError | CudaError} If a call fails.
  * @throws {LibraryNotFoundError} If libibverbs is not installed.
  * @example Registering a receive ring for remote writes
- * ```ts ignore
- * import { registerMemory } from "./register.ts";
- * using ring = registerMemory(new Uint8Array(4 << 20), { access: ["remote-write"] });
+ * ```ts
+ * import { rdmaDevices, registerMemory } from "./register.ts";
+ * import { DistError } from "../../core/errors.ts";
+ * import assert from "node:assert/strict";
+ * const ring = new Uint8Array(4 << 20);
+ * if (rdmaDevices().devices.some((d) => d.ports.some((p) => p.state === "ACTIVE"))) {
+ *   using region = registerMemory(ring, { access: ["remote-write"] });
+ *   assert.equal(region.length, ring.byteLength);
+ * } else {
+ *   assert.throws(() => registerMemory(ring, { access: ["remote-write"] }), DistError);
+ * }
+ * assert.throws(() => registerMemory(new Uint8Array(0)), RangeError); // checked before any device is opened
  * ```
  */
 export function registerMemory(
@@ -437,9 +453,9 @@ export interface GpuDirectStatusOptions {
  * @param options The GPU to decide for.
  * @returns What was found and the path registration would take.
  * @example Printing it
- * ```ts ignore
+ * ```ts
  * import { gpuDirectStatus } from "./register.ts";
- * const status = gpuDirectStatus();
+ * const status = gpuDirectStatus(); // never throws
  * console.log(`GPUDirect RDMA: ${status.path}`, status.missing);
  * ```
  */
@@ -538,9 +554,9 @@ function summarise(info: RdmaDeviceInfo): RdmaDeviceSummary {
  *
  * @returns The library path, the devices, and the problem if there are none.
  * @example Printing it
- * ```ts ignore
+ * ```ts
  * import { rdmaDevices } from "./register.ts";
- * const { devices, problem } = rdmaDevices();
+ * const { devices, problem } = rdmaDevices(); // never throws
  * console.log(problem ?? devices.map((d) => `${d.name}: ${d.ports.map((p) => p.state).join(", ")}`));
  * ```
  */

@@ -8,11 +8,18 @@
  * NULL with errno (ENOSYS where the kernel has no RDMA stack, as on machines without RDMA hardware), or
  * an empty list (the stack is loaded but no device is bound).
  *
- * @example Opening the first device (on a machine with RDMA hardware)
- * ```ts ignore
+ * @example Opening the first device (without one, the error says why)
+ * ```ts
  * import { openDevice } from "./verbs.ts";
- * using context = openDevice();
- * console.log(context.device.name, context.queryPort(1).state);
+ * import { DistError } from "../../core/errors.ts";
+ * try {
+ *   using context = openDevice();
+ *   console.log(context.device.name, context.queryPort(1).state);
+ * } catch (e) {
+ *   // NoRdmaDeviceError without a device, LibraryNotFoundError without libibverbs
+ *   if (!(e instanceof DistError)) throw e;
+ *   console.log(e.message.split("\n")[0]);
+ * }
  * ```
  *
  * @module

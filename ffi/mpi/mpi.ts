@@ -9,9 +9,16 @@
  * and its `MPI_Status` has another layout, so it needs a second symbol table this binding does not have.
  *
  * @example The library's version string (no MPI_Init needed)
- * ```ts ignore
+ * ```ts
  * import { libraryVersion } from "./mpi.ts";
- * console.log(libraryVersion()); // "MPICH Version: 4.0.2 ..."
+ * import { DistError } from "../../core/errors.ts";
+ * try {
+ *   console.log(libraryVersion().split("\n")[0]); // "MPICH Version: 4.0.2"
+ * } catch (e) {
+ *   // No MPI here (a LibraryNotFoundError: every path tried, and the fix), or Open MPI (UnsupportedError)
+ *   if (!(e instanceof DistError)) throw e;
+ *   console.log(e.message);
+ * }
  * ```
  *
  * @module

@@ -45,13 +45,13 @@ export const NCCL_CONFIG_VERSION: number = ncclVersionCode(2, 30, 7);
 /**
  * The int fields a caller may set (everything after `version` except the two strings).
  *
- * @example Setting one field by name
+ * @example Setting one field by name, through the `nccl` backend's tuning
  * ```ts
- * import { buildNcclConfig, type NcclConfigIntField, readNcclConfig } from "./config.ts";
+ * import { type NcclConfigIntField, type NcclTuning, tuningConfig } from "@dcomm/dcomm/nccl";
  * import assert from "node:assert/strict";
  * const field: NcclConfigIntField = "cgaClusterSize";
- * const config = buildNcclConfig({ [field]: 4 });
- * assert.equal(readNcclConfig(config.bytes)[field], 4);
+ * const tuning: NcclTuning = { config: { [field]: 4 } }; // init({ backend: "nccl", nccl: { tuning } })
+ * assert.deepEqual(tuningConfig(tuning), { cgaClusterSize: 4 });
  * ```
  */
 export type NcclConfigIntField =
@@ -76,15 +76,15 @@ export type NcclConfigIntField =
  * What an `ncclConfig_t` may set. Every field left out keeps the library's default (INT_MIN / NULL).
  * The library ignores fields newer than itself.
  *
- * @example Non-blocking, at least 4 CTAs, over sockets
+ * @example At least 4 CTAs, over sockets, named in NCCL's logs
  * ```ts
- * import { buildNcclConfig, type NcclConfigOptions, readNcclConfig } from "./config.ts";
+ * import type { InitOptions } from "@dcomm/dcomm";
+ * import { type NcclConfigOptions, tuningConfig } from "@dcomm/dcomm/nccl";
  * import assert from "node:assert/strict";
- * const options: NcclConfigOptions = { blocking: 0, minCTAs: 4, netName: "Socket", commName: "dp" };
- * const config = buildNcclConfig(options);
- * assert.equal(config.strings.length, 2); // netName and commName, as C strings
- * assert.equal(readNcclConfig(config.bytes).minCTAs, 4);
- * assert.equal(readNcclConfig(config.bytes).maxCTAs, undefined); // the library's default
+ * const config: NcclConfigOptions = { minCTAs: 4, netName: "Socket", commName: "dp" };
+ * const options: InitOptions = { backend: "nccl", nccl: { tuning: { maxCTAs: 16, config } } };
+ * // Every communicator of the backend gets these fields in its ncclConfig_t.
+ * assert.deepEqual(tuningConfig(options.nccl?.tuning), { maxCTAs: 16, ...config });
  * ```
  */
 export type NcclConfigOptions = { readonly [K in NcclConfigIntField]?: number } & {

@@ -9,7 +9,19 @@
 import { UnsupportedError } from "../../core/errors.ts";
 import { compareNcclVersions, type NcclVersion, parseNcclVersion } from "./constants.ts";
 
-/** The features dcomm gates on. */
+/**
+ * The features dcomm gates on.
+ *
+ * @example Features a training script needs, as doctor reports them (none without NCCL)
+ * ```ts
+ * import { doctor, type NcclFeature } from "@dcomm/dcomm/doctor";
+ * const needed: NcclFeature[] = ["bfloat16", "commSplit"];
+ * const { ncclFeatures } = await doctor();
+ * for (const f of ncclFeatures.filter((f) => needed.includes(f.feature) && !f.supported)) {
+ *   console.log(`${f.feature}: ${f.reason}; ${f.without}`);
+ * }
+ * ```
+ */
 export type NcclFeature =
   | "sendRecv"
   | "lastError"
@@ -24,7 +36,17 @@ export type NcclFeature =
   | "gatherScatter"
   | "params";
 
-/** One feature gate. */
+/**
+ * One feature gate.
+ *
+ * @example The gates, as a table
+ * ```ts
+ * import { doctor, type FeatureGate } from "@dcomm/dcomm/doctor";
+ * const row = (gate: FeatureGate): string => `${gate.since.padEnd(6)} ${gate.description}`;
+ * const { ncclFeatures } = await doctor();
+ * ncclFeatures.forEach((gate) => console.log(row(gate)));
+ * ```
+ */
 export interface FeatureGate {
   /** The first release with the feature, e.g. `"2.10"`. */
   readonly since: string;
@@ -121,7 +143,18 @@ function versionOf(version: NcclVersion | number): NcclVersion {
   return typeof version === "number" ? parseNcclVersion(version) : version;
 }
 
-/** Whether one feature is usable, and why not. */
+/**
+ * Whether one feature is usable, and why not.
+ *
+ * @example The features this machine's NCCL lacks
+ * ```ts
+ * import { doctor, type FeatureSupport } from "@dcomm/dcomm/doctor";
+ * import assert from "node:assert/strict";
+ * const { ncclFeatures } = await doctor();
+ * const lacking: FeatureSupport[] = ncclFeatures.filter((f) => !f.supported);
+ * assert.ok(lacking.every((f) => f.reason !== undefined)); // each says which version or symbol it needs
+ * ```
+ */
 export interface FeatureSupport {
   /** The feature. */
   readonly feature: NcclFeature;

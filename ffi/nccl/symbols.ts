@@ -32,7 +32,18 @@ export const NCCL_UNIQUE_ID_STRUCT = {
   ],
 } as const;
 
-/** The symbols bound from NCCL, each parameter commented with its C declaration. */
+/**
+ * The symbols bound from NCCL, each parameter commented with its C declaration.
+ *
+ * @example The symbols newer than NCCL 2.7, which resolve to `null` on older libraries
+ * ```ts
+ * import { NCCL_SYMBOLS } from "@dcomm/dcomm/nccl";
+ * import assert from "node:assert/strict";
+ * const optional = Object.entries(NCCL_SYMBOLS).filter(([, s]) => "optional" in s && s.optional);
+ * assert.ok(optional.some(([name]) => name === "ncclCommSplit")); // 2.18
+ * assert.equal(NCCL_SYMBOLS.ncclAllReduce.parameters.length, 7); // sendbuff, recvbuff, count, ..., stream
+ * ```
+ */
 export const NCCL_SYMBOLS = {
   // ---- Versions, ids and errors ----
   ncclGetVersion: {
@@ -702,5 +713,29 @@ export const NCCL_SYMBOLS = {
   },
 } as const satisfies Deno.ForeignLibraryInterface;
 
-/** The loaded symbols of NCCL (optional ones may be `null`). */
+/**
+ * The loaded symbols of NCCL (optional ones may be `null`).
+ *
+ * @example Calling NCCL directly, inside `NcclProcessGroup.run`
+ * ```ts
+ * import { createNcclGroup, ncclBackendMissing, type NcclSymbols } from "@dcomm/dcomm/nccl";
+ * import { MemoryStore } from "@dcomm/dcomm/store";
+ * import assert from "node:assert/strict";
+ * function versionCode(symbols: NcclSymbols): number {
+ *   const version = new Int32Array(1);
+ *   symbols.ncclGetVersion(version);
+ *   return version[0];
+ * }
+ * if (ncclBackendMissing() === undefined) {
+ *   await using store = new MemoryStore();
+ *   await using pg = await createNcclGroup({ rank: 0, size: 1, store });
+ *   let code = 0;
+ *   await pg.run("version", ({ symbols }) => {
+ *     code = versionCode(symbols);
+ *   });
+ *   const [major, minor, patch] = pg.ncclVersion.split(".").map(Number);
+ *   assert.equal(code, major * 10000 + minor * 100 + patch); // 23007 for "2.30.7"
+ * }
+ * ```
+ */
 export type NcclSymbols = Deno.DynamicLibrary<typeof NCCL_SYMBOLS>["symbols"];
