@@ -13,7 +13,8 @@
  * {@linkcode chooseAlgorithm} picks the algorithm the cost model (`sim/cost_model.ts`) predicts to be
  * fastest, for callers that ask for `"auto"`; where the segment is available it picks it (every byte a
  * message algorithm moves between processes of one host is copied into a ring and out again; the segment
- * copies it once, and reduces in place).
+ * copies it once, and reduces in place): {@linkcode runsOnSegment} is that rule, for a backend that must
+ * know where a call runs before it has priced anything.
  *
  * @example Choosing and running an all-reduce algorithm
  * ```ts
@@ -259,7 +260,7 @@ export function chooseAlgorithm<C extends Collective>(
   options: ChooseOptions,
 ): AlgorithmName[C] {
   const { bytes, size, constants, chunkBytes, servers, hosts, intra } = options;
-  if (options.segment) return "segment" as AlgorithmName[C];
+  if (runsOnSegment("auto", options.segment ?? false)) return "segment" as AlgorithmName[C];
   let best: AlgorithmName[C] | undefined;
   let bestCost = Infinity;
   for (const d of BY_COLLECTIVE[collective]) {
@@ -271,6 +272,29 @@ export function chooseAlgorithm<C extends Collective>(
     }
   }
   return best as AlgorithmName[C];
+}
+
+/**
+ * Whether a call that asks for `algorithm` runs its collective's segment plan, given whether its group's
+ * ranks share a host segment: by name, or as what `"auto"` picks wherever the segment is there (see
+ * {@linkcode chooseAlgorithm}, which answers `"auto"` by this rule). A call asking for `"segment"` where
+ * there is none runs nowhere: the backend refuses it.
+ *
+ * @param algorithm The name asked for, or `"auto"`.
+ * @param segment Whether the group's ranks share a host segment.
+ * @returns Whether the call runs through the segment.
+ *
+ * @example "auto" runs through the segment wherever there is one
+ * ```ts
+ * import { runsOnSegment } from "./mod.ts";
+ * import assert from "node:assert/strict";
+ * assert.equal(runsOnSegment("auto", true), true);
+ * assert.equal(runsOnSegment("auto", false), false);
+ * assert.equal(runsOnSegment("ring", true), false);
+ * ```
+ */
+export function runsOnSegment(algorithm: string, segment: boolean): boolean {
+  return segment && (algorithm === "auto" || algorithm === "segment");
 }
 
 export {
@@ -289,6 +313,12 @@ export { int8AllReduce, int8AllReduceCost } from "./compressed_int8.ts";
 export { signAllReduce, signAllReduceCost } from "./compressed_sign.ts";
 export { topKAllReduce, topKAllReduceCost } from "./compressed_topk.ts";
 export { powerSgdAllReduce, powerSgdAllReduceCost } from "./compressed_powersgd.ts";
+export {
+  hierarchicalCompressedAllReduce,
+  type HierarchicalCompressedOptions,
+  type HostsCompressedContext,
+  type SubgroupContext,
+} from "./compressed_hierarchical.ts";
 
 import type { Codec, CompressedCall, CompressedContext } from "./compressed_context.ts";
 import { int8AllReduce } from "./compressed_int8.ts";

@@ -64,8 +64,8 @@ export function resolveAlgorithm(
   if (collective === "send" || collective === "recv") return "";
   checkAlgorithm(collective, name);
   if (name !== "auto") return name;
-  // The segment is the choice wherever it is available (see collectives/mod.ts). Between hosts, TCP's
-  // constants; within them, shared memory's where the transport has it.
+  // The segment is the choice wherever it is available (`runsOnSegment`, collectives/mod.ts). Between
+  // hosts, TCP's constants; within them, shared memory's where the transport has it.
   const table = constantsTable();
   const constants = table[shape.transport as TransportKind] ?? table.tcp;
   const intra = shape.transport === "shm+tcp" ? table.shm : constants;

@@ -11,7 +11,8 @@ import { checkSegmentLayout, DEFAULT_SEGMENT_LAYOUT, type SegmentLayout } from "
 import { environment, Rendezvous } from "../_rendezvous.ts";
 import { defaultHostname } from "../env.ts";
 import type { InitOptions } from "../init.ts";
-import { CpuProcessGroup, EngineHandle } from "./cpu_group.ts";
+import { CpuProcessGroup } from "./cpu_group.ts";
+import { EngineHandle } from "./_engine_handle.ts";
 
 /**
  * How the ranks of one host share memory for collectives (the cpu backend over shared memory): every
@@ -20,8 +21,7 @@ import { CpuProcessGroup, EngineHandle } from "./cpu_group.ts";
  *
  * @example Eight buffers per rank and a pool for `pg.alloc()`
  * ```ts
- * import type { SegmentOptions } from "./create.ts";
- * import { init } from "../init.ts";
+ * import { init, type SegmentOptions } from "@dcomm/dcomm";
  * const segment: SegmentOptions = { buffers: 8, bufferBytes: 1 << 20, poolBytes: 1 << 20 };
  * await using pg = await init({ rank: 0, worldSize: 1, env: {}, segment });
  * const grad = pg.alloc(1024); // in the pool when the ranks share a segment, else ordinary memory
@@ -31,7 +31,7 @@ import { CpuProcessGroup, EngineHandle } from "./cpu_group.ts";
  *
  * @example Invalid options fail before any rank is met
  * ```ts
- * import { init } from "../init.ts";
+ * import { init } from "@dcomm/dcomm";
  * import assert from "node:assert/strict";
  * await assert.rejects(init({ rank: 0, worldSize: 1, env: {}, segment: { buffers: 3 } }), RangeError);
  * ```

@@ -36,12 +36,27 @@
  * mpiexec -n 4 "$(npx -y deno@2.9.6 eval 'console.log(Deno.execPath())')" run -A train.ts
  * ```
  *
- * @example All-reduce under mpiexec
- * ```ts ignore
- * import { init } from "../../mod.ts";
- * await using pg = await init({ backend: "mpi" });
- * const grad = new Float32Array(1024).fill(pg.rank);
- * await pg.allReduce(grad, { op: "avg" });
+ * @example All-reduce under mpiexec: two ranks of a script written here (without mpiexec, it says so)
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const script = await Deno.makeTempFile({ suffix: ".ts" });
+ * await Deno.writeTextFile(script, `
+ *   import { init } from "${new URL("../../mod.ts", import.meta.url)}";
+ *   await using pg = await init({ backend: "mpi" });
+ *   const grad = new Float32Array(1024).fill(pg.rank);
+ *   await pg.allReduce(grad, { op: "avg" });
+ *   console.log(grad[0]);
+ * `);
+ * const mpiexec = new Deno.Command("mpiexec", { args: ["-n", "2", Deno.execPath(), "run", "-A", script] });
+ * try {
+ *   const job = await mpiexec.output();
+ *   assert.equal(new TextDecoder().decode(job.stdout), "0.5\n0.5\n", new TextDecoder().decode(job.stderr));
+ * } catch (e) {
+ *   if (!(e instanceof Deno.errors.NotFound)) throw e;
+ *   console.log("No mpiexec here: install MPICH (apt-get install mpich) to run the mpi backend");
+ * } finally {
+ *   await Deno.remove(script);
+ * }
  * ```
  *
  * @module
@@ -132,6 +147,14 @@ interface Call {
   readonly finish?: () => void;
   readonly cancellable?: boolean;
   readonly onRequestDone?: (index: number, status: Deno.PointerObject) => void;
+}
+
+/** A collective over one tensor, before {@linkcode MpiProcessGroup}'s `#chunked` cuts it into MPI calls. */
+interface ChunkedCall
+  extends
+    Pick<Call, "collective" | "what" | "options" | "call" | "finish" | "cancellable" | "onRequestDone"> {
+  /** Starts chunk `chunk`: `count` elements at `pointer`, its request in `request`. */
+  readonly issue: (pointer: Deno.PointerObject, count: number, request: Int32Array, chunk: number) => number;
 }
 
 /** How a group is made: by `create.ts` for the world, by `newGroup` for a sub-group. */
@@ -259,75 +282,66 @@ export class MpiProcessGroup extends GroupFront {
       switch (collective) {
         case "allReduce": {
           const mpiOp = this.#rt.op(dtype, op);
-          return this.#chunked(
-            tensor,
+          return this.#chunked(tensor, {
             collective,
-            "MPI_Iallreduce",
-            describe(),
-            call,
-            (p, count, req) => mpi.MPI_Iallreduce(inPlace, p, count, dt, mpiOp, comm, req),
-            { finish: op === "avg" ? () => this.#divide(tensor, dtype) : undefined },
-          );
+            call: "MPI_Iallreduce",
+            what: describe(),
+            options: call,
+            issue: (p, count, req) => mpi.MPI_Iallreduce(inPlace, p, count, dt, mpiOp, comm, req),
+            finish: op === "avg" ? () => this.#divide(tensor, dtype) : undefined,
+          });
         }
         case "broadcast":
-          return this.#chunked(
-            tensor,
+          return this.#chunked(tensor, {
             collective,
-            "MPI_Ibcast",
-            describe(`from root ${root}`),
-            call,
-            (p, count, req) => mpi.MPI_Ibcast(p, count, dt, root, comm, req),
-          );
+            call: "MPI_Ibcast",
+            what: describe(`from root ${root}`),
+            options: call,
+            issue: (p, count, req) => mpi.MPI_Ibcast(p, count, dt, root, comm, req),
+          });
         case "reduce": {
           const mpiOp = this.#rt.op(dtype, op);
           const atRoot = root === this.rank;
-          return this.#chunked(
-            tensor,
+          return this.#chunked(tensor, {
             collective,
-            "MPI_Ireduce",
-            describe(`to root ${root}`),
-            call,
+            call: "MPI_Ireduce",
+            what: describe(`to root ${root}`),
+            options: call,
             // The receive buffer matters at the root only; elsewhere the tensor is only read.
-            (p, count, req) =>
+            issue: (p, count, req) =>
               atRoot
                 ? mpi.MPI_Ireduce(inPlace, p, count, dt, mpiOp, root, comm, req)
                 : mpi.MPI_Ireduce(p, empty, count, dt, mpiOp, root, comm, req),
-            { finish: op === "avg" && atRoot ? () => this.#divide(tensor, dtype) : undefined },
-          );
+            finish: op === "avg" && atRoot ? () => this.#divide(tensor, dtype) : undefined,
+          });
         }
         case "send":
-          return this.#chunked(
-            tensor,
+          return this.#chunked(tensor, {
             collective,
-            "MPI_Isend",
-            describe(`to rank ${root}`),
-            call,
-            (p, count, req) => mpi.MPI_Isend(p, count, dt, root, TAG, comm, req),
-          );
+            call: "MPI_Isend",
+            what: describe(`to rank ${root}`),
+            options: call,
+            issue: (p, count, req) => mpi.MPI_Isend(p, count, dt, root, TAG, comm, req),
+          });
         default: {
           const expected = (i: number): number => Math.min(CHUNK, n - i * CHUNK);
-          return this.#chunked(
-            tensor,
-            "recv",
-            "MPI_Irecv",
-            describe(`from rank ${root}`),
-            call,
-            (p, count, req) => mpi.MPI_Irecv(p, count, dt, root, TAG, comm, req),
-            {
-              cancellable: true,
-              onRequestDone: (i, status) => {
-                const count = this.#rt.scratchInt;
-                check(mpi.MPI_Get_count(status, dt, count), "MPI_Get_count");
-                if (count[0] !== expected(i)) {
-                  throw new MismatchError(
-                    `Cannot recv: rank ${root} sent ${count[0]} ${dtype} but this rank expected ${
-                      expected(i)
-                    }`,
-                  );
-                }
-              },
+          return this.#chunked(tensor, {
+            collective: "recv",
+            call: "MPI_Irecv",
+            what: describe(`from rank ${root}`),
+            options: call,
+            issue: (p, count, req) => mpi.MPI_Irecv(p, count, dt, root, TAG, comm, req),
+            cancellable: true,
+            onRequestDone: (i, status) => {
+              const count = this.#rt.scratchInt;
+              check(mpi.MPI_Get_count(status, dt, count), "MPI_Get_count");
+              if (count[0] !== expected(i)) {
+                throw new MismatchError(
+                  `Cannot recv: rank ${root} sent ${count[0]} ${dtype} but this rank expected ${expected(i)}`,
+                );
+              }
             },
-          );
+          });
         }
       }
     });
@@ -578,29 +592,18 @@ export class MpiProcessGroup extends GroupFront {
   /**
    * The call of a collective over one tensor, issued in chunks of at most 2^30 elements (a C int count).
    *
-   * @param issue Starts chunk `chunk`: `count` elements at `pointer`, its request in `request`.
-   * @param extra What only some calls have.
+   * @param tensor The tensor.
+   * @param chunked The collective, and how to issue each chunk.
    */
-  #chunked(
-    tensor: TypedArray,
-    collective: string,
-    call: string,
-    what: () => string,
-    options: CallRecord,
-    issue: (pointer: Deno.PointerObject, count: number, request: Int32Array, chunk: number) => number,
-    extra: Pick<Call, "finish" | "cancellable" | "onRequestDone"> = {},
-  ): Call {
+  #chunked(tensor: TypedArray, chunked: ChunkedCall): Call {
     const n = tensor.length;
+    const issue = chunked.issue;
     return {
-      collective,
-      what,
-      options,
+      ...chunked,
       bytes: tensor.byteLength,
       keep: [tensor],
       chunks: Math.max(1, Math.ceil(n / CHUNK)),
-      call,
       issue: (i, req) => issue(pointerOf(tensor, i * CHUNK), Math.min(CHUNK, n - i * CHUNK), req, i),
-      ...extra,
     };
   }
 

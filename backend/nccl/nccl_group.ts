@@ -92,6 +92,22 @@ type Pointer = Deno.PointerValue;
 /** Queues one call's NCCL work on the group's communicator and stream; returns NCCL's result. */
 type Issue = (symbols: NcclSymbols, comm: Pointer, stream: Pointer) => number;
 
+/** What one launch of {@linkcode NcclProcessGroup} queues: its NCCL call and what it moves. */
+interface Launch {
+  /** The collective, or the name `run()` was given: for reports and messages. */
+  readonly collective: string;
+  /** The dtype messages name. */
+  readonly dtype: DType;
+  /** The elements messages name. */
+  readonly count: number;
+  /** The device memory it uses, with the host staging to upload first or download after. */
+  readonly operands: readonly Operand[];
+  /** Queues the NCCL call on the group's communicator and stream. */
+  readonly issue: Issue;
+  /** Bytes this rank sends, for the report. */
+  readonly bytesSent: number;
+}
+
 /** How {@linkcode NcclProcessGroup}'s calls are launched: settled by the timeout, the signal and the stream waited for. */
 interface LaunchOptions {
   readonly timeoutMs: number;
@@ -99,7 +115,29 @@ interface LaunchOptions {
   readonly waitFor?: Stream;
 }
 
-/** A process group of the `nccl` backend. */
+/**
+ * A process group of the `nccl` backend.
+ *
+ * @example What a group reports, and what it refuses (or, without NCCL or a GPU, why `init` fails)
+ * ```ts
+ * import { DistError, init, UnsupportedError } from "@dcomm/dcomm";
+ * import { DeviceBuffer } from "@dcomm/dcomm/gpu";
+ * import { ncclBackendMissing, NcclProcessGroup } from "@dcomm/dcomm/nccl";
+ * import assert from "node:assert/strict";
+ * const options = { backend: "nccl", rank: 0, worldSize: 1, env: {} } as const;
+ * if (ncclBackendMissing() === undefined) {
+ *   await using pg = await init(options);
+ *   assert.ok(pg instanceof NcclProcessGroup);
+ *   console.log(`GPU ${pg.device}, NCCL ${pg.ncclVersion} from ${pg.ncclPath}`);
+ *   using grad = DeviceBuffer.from(new Float32Array([2, 4]));
+ *   await pg.allReduce(grad, { op: "sum", scale: 0.5 });
+ *   assert.deepEqual(grad.toArray(), new Float32Array([1, 2]));
+ *   assert.throws(() => pg.alloc(16), UnsupportedError); // device memory comes from DeviceBuffer.alloc
+ * } else {
+ *   await assert.rejects(init(options), DistError); // LibraryNotFoundError or UnsupportedError
+ * }
+ * ```
+ */
 export class NcclProcessGroup extends GroupFront<NcclWork> {
   /** This rank within the group, or -1 if this rank is not a member. */
   readonly rank: number;
@@ -212,14 +250,17 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
     return super.recv(tensor, peer, options);
   }
 
+  /** @internal The timeout of a call that names none: the group's. */
   protected get defaultTimeoutMs(): number {
     return this.#timeoutMs;
   }
 
+  /** @internal Whether the group is closed. */
   protected get isClosed(): boolean {
     return this.#closed;
   }
 
+  /** @internal How error messages name the group. */
   protected override describe(): string {
     return `group ${this.#id} (ranks ${this.ranks.join(", ")})`;
   }
@@ -227,6 +268,7 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
   /** Any device tensor or host TypedArray; a device tensor must be on this rank's device (see #operand). */
   protected override checkTensor(): void {}
 
+  /** @internal Refuses every algorithm name but `"nccl"` (and `"auto"`, which the front lets through). */
   protected checkAlgorithm(collective: Collective, name: string): void {
     if (name === "nccl") return;
     throw new UnsupportedError(
@@ -235,6 +277,7 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
     );
   }
 
+  /** @internal A Work that failed before it started. */
   protected override rejected(error: Error): NcclWork {
     return new NcclWork(Promise.reject(error), { event: null });
   }
@@ -246,6 +289,7 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
    *
    * @param call The call.
    * @returns Its Work.
+   * @internal
    */
   protected execute(call: CallRecord): NcclWork {
     const { collective, dtype, root } = call;
@@ -324,15 +368,14 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
         this.#barrier ??= DeviceBuffer.alloc(1, { dtype: "int32", device: this.#ctx.device });
         const p = this.#barrier.pointer;
         const int32 = NcclDataType.Int32;
-        return this.#launch(
+        return this.#launch({
           collective,
-          "int32",
-          1,
-          [{ pointer: p, bytes: 4 }],
-          this.#how(call),
-          (s, comm, stream) => s.ncclAllReduce(p, p, 1n, int32, NcclRedOp.Sum, comm, stream),
-          n > 1 ? 8 : 0,
-        );
+          dtype: "int32",
+          count: 1,
+          operands: [{ pointer: p, bytes: 4 }],
+          issue: (s, comm, stream) => s.ncclAllReduce(p, p, 1n, int32, NcclRedOp.Sum, comm, stream),
+          bytesSent: n > 1 ? 8 : 0,
+        }, this.#how(call));
       }
       case "send":
       case "recv": {
@@ -349,7 +392,10 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
         break;
       }
     }
-    return this.#launch(collective, dtype, call.count, operands, this.#how(call), issue, bytesSent);
+    return this.#launch(
+      { collective, dtype, count: call.count, operands, issue, bytesSent },
+      this.#how(call),
+    );
   }
 
   /** All-to-all: `ncclAlltoAll` (2.28), or before it one group of a send and a receive per peer. */
@@ -389,14 +435,26 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
    * @returns The Work.
    * @throws {RangeError} On a rank outside the group.
    *
-   * @example A grouped exchange with the next rank
-   * ```ts ignore
-   * pg.run("ring-exchange", ({ comm, stream, symbols }) => {
-   *   symbols.ncclGroupStart();
-   *   symbols.ncclSend(a.pointer, a.length, 7, (pg.rank + 1) % pg.size, comm, stream);
-   *   symbols.ncclRecv(b.pointer, b.length, 7, (pg.rank + pg.size - 1) % pg.size, comm, stream);
-   *   return symbols.ncclGroupEnd();
-   * });
+   * @example A grouped exchange with the next rank (on a world of one: with itself)
+   * ```ts
+   * import { createNcclGroup, ncclBackendMissing } from "@dcomm/dcomm/nccl";
+   * import { DeviceBuffer } from "@dcomm/dcomm/gpu";
+   * import { MemoryStore } from "@dcomm/dcomm/store";
+   * import assert from "node:assert/strict";
+   * if (ncclBackendMissing() === undefined) {
+   *   await using store = new MemoryStore();
+   *   await using pg = await createNcclGroup({ rank: 0, size: 1, store });
+   *   using a = DeviceBuffer.from(new Float32Array([1, 2, 3, 4]));
+   *   using b = DeviceBuffer.alloc(4);
+   *   const next = (pg.rank + 1) % pg.size, previous = (pg.rank + pg.size - 1) % pg.size;
+   *   await pg.run("ring-exchange", ({ comm, stream, symbols }) => {
+   *     symbols.ncclGroupStart();
+   *     symbols.ncclSend(a.pointer, BigInt(a.length), 7, next, comm, stream); // 7: ncclFloat32
+   *     symbols.ncclRecv(b.pointer, BigInt(b.length), 7, previous, comm, stream);
+   *     return symbols.ncclGroupEnd();
+   *   });
+   *   assert.deepEqual(b.toArray(), new Float32Array([1, 2, 3, 4]));
+   * }
    * ```
    */
   run(name: string, fn: (context: NcclRunContext) => number | void, options: NcclCallOptions = {}): NcclWork {
@@ -405,9 +463,14 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
     if (!(timeoutMs > 0)) {
       throw new RangeError(`Cannot ${name}: expected timeoutMs to be a number > 0, found ${timeoutMs}`);
     }
-    return this.#launch(name, "uint8", 0, [], { ...options, timeoutMs }, (s, comm, stream) => {
-      return fn({ comm, stream, symbols: s }) ?? NcclResult.Success;
-    }, 0);
+    return this.#launch({
+      collective: name,
+      dtype: "uint8",
+      count: 0,
+      operands: [],
+      issue: (s, comm, stream) => fn({ comm, stream, symbols: s }) ?? NcclResult.Success,
+      bytesSent: 0,
+    }, { ...options, timeoutMs });
   }
 
   /** Refused: the nccl backend's tensors are device memory (`DeviceBuffer.alloc`). */
@@ -424,6 +487,15 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
     );
   }
 
+  /**
+   * See `ProcessGroup.newGroup`: a sub-group through `ncclCommSplit` (NCCL 2.18), with the world's config.
+   *
+   * @param ranks The members, as ranks of this group.
+   * @param options The sub-group's default timeout.
+   * @returns The sub-group; on a rank outside `ranks`, a group whose `rank` is -1.
+   * @throws {RangeError} On a rank outside this group, or a bad list of ranks.
+   * @throws {UnsupportedError} If NCCL is older than 2.18.
+   */
   async newGroup(ranks: readonly number[], options: GroupOptions = {}): Promise<NcclProcessGroup> {
     this.#member("create a group");
     const sorted = checkGroupRanks(ranks, this.size);
@@ -450,6 +522,10 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
     return group;
   }
 
+  /**
+   * Closes the group once its queued collectives are done, then its sub-groups; closing the world group
+   * also ends the backend.
+   */
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
@@ -630,15 +706,8 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
     return rc;
   }
 
-  #launch(
-    collective: string,
-    dtype: DType,
-    count: number,
-    operands: readonly Operand[],
-    options: LaunchOptions,
-    call: (symbols: NcclSymbols, comm: Deno.PointerValue, stream: Deno.PointerValue) => number,
-    bytesSent: number,
-  ): NcclWork {
+  #launch(launch: Launch, options: LaunchOptions): NcclWork {
+    const { collective, dtype, count, operands, issue, bytesSent } = launch;
     const word = (VERB as Readonly<Record<string, string>>)[collective] ?? collective;
     const where = `on NCCL group ${this.#id} (rank ${this.rank} of ${this.size})`;
     const describe = collective in VERB ? `${word} of ${count} ${dtype} ${where}` : `${word} ${where}`;
@@ -692,7 +761,7 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
       start = event();
       recordEvent(start, stream);
       const s = ctx.library.symbols;
-      const rc = call(s, comm.handle, stream);
+      const rc = issue(s, comm.handle, stream);
       if (checkStarted(rc, `nccl${collective[0].toUpperCase()}${collective.slice(1)}`, comm.handle)) {
         comm.settle(describe, deadline);
       }

@@ -1,0 +1,224 @@
+/**
+ * A call run as a message algorithm over the transport, on the communication thread: its descriptor
+ * (numbered in the group's one sequence, the segment's where the group has a block in it), the
+ * communicator that stamps the descriptor on every message and checks every message it receives, and the
+ * {@linkcode CollectiveContext} the algorithm runs on.
+ *
+ * @module
+ */
+import { dtypeSize, type ReduceOp } from "../../core/dtype.ts";
+import { MismatchError, TimeoutError } from "../../core/errors.ts";
+import type { CollectiveContext, Comm } from "../../collectives/comm.ts";
+import { disseminationBarrier } from "../../collectives/dissemination_barrier.ts";
+import type { Transport } from "../../transport/transport.ts";
+import { type WorkReport, workReport } from "../work.ts";
+import {
+  type CallDescriptor,
+  decodeDescriptor,
+  describeCall,
+  encodeDescriptor,
+  sameDescriptor,
+} from "./_descriptor.ts";
+import { ALGORITHM_NAMES, runAlgorithm } from "./_dispatch.ts";
+import type { GroupState } from "./_groups.ts";
+import type { OpRequest } from "./_protocol.ts";
+import type { Reducer } from "./_reducer.ts";
+import type { ScratchPool } from "./_scratch.ts";
+import type { SegmentExecutor } from "./_segment_exec.ts";
+
+/** What every call over messages needs of the engine that runs it. */
+export interface MessageEnv {
+  /** Connected to every rank. */
+  readonly transport: Transport;
+  /** Reductions in WASM. */
+  readonly reducer: Reducer;
+  /** The pipelining chunk (bytes). */
+  readonly chunkBytes: number;
+  /** Whether messages carry the call's descriptor for the mismatch check. */
+  readonly checkCalls: boolean;
+  /** The algorithms' scratch, given back by the engine after each call. */
+  readonly scratch: ScratchPool;
+  /** The host segment, whose sequence numbers the calls of groups with a block in it. */
+  readonly segment: SegmentExecutor | undefined;
+  /** A tensor's bytes as this thread reaches them. */
+  view(region: OpRequest["input"]): Uint8Array | undefined;
+}
+
+/** One call over messages, from its descriptor to its report. */
+export class MessageCall {
+  /** The call's descriptor, as its messages carry it. */
+  readonly descriptor: CallDescriptor;
+  /** `performance.now()` when it was made. */
+  readonly began: number;
+  readonly #startedAt: number;
+  readonly #env: MessageEnv;
+  readonly #op: OpRequest;
+  readonly #group: GroupState;
+  readonly #algorithm: string;
+  readonly #ctx: CollectiveContext;
+  readonly #waitingOn = new Set<number>();
+  #bytesSent = 0;
+
+  /**
+   * @param env The engine's.
+   * @param op The call.
+   * @param group Its group.
+   * @param algorithm The algorithm it runs (resolved).
+   */
+  constructor(env: MessageEnv, op: OpRequest, group: GroupState, algorithm: string) {
+    this.#env = env;
+    this.#op = op;
+    this.#group = group;
+    this.#algorithm = algorithm;
+    const desc = this.descriptor = descriptorOf(op, group, algorithm);
+    const p2p = op.collective === "send" || op.collective === "recv";
+    if (group.segment && !p2p) {
+      // Numbered in the group's one sequence of calls, which the segment's calls share.
+      desc.seq = (env.segment as SegmentExecutor).beginCall(group.id, (seq) => ({ ...desc, seq })) >>> 0;
+    }
+    const encoded = encodeDescriptor(desc, ALGORITHM_NAMES);
+    const waitingOn = this.#waitingOn;
+    const transport = env.transport;
+    const checkCalls = env.checkCalls;
+    const comm: Comm = {
+      rank: group.index,
+      size: group.ranks.length,
+      send: async (peer: number, data: Uint8Array): Promise<void> => {
+        this.#bytesSent += data.byteLength;
+        await transport.pair(group.ranks[peer]).send(encoded, data);
+      },
+      async recv(peer: number, into: Uint8Array): Promise<void> {
+        const from = group.ranks[peer];
+        waitingOn.add(from);
+        await transport.pair(from).recv(into, (got, payloadBytes) => {
+          if (checkCalls && !sameDescriptor(got, encoded)) {
+            throw mismatch(from, decodeDescriptor(got, ALGORITHM_NAMES), transport.rank, desc);
+          }
+          if (payloadBytes !== into.byteLength) {
+            throw new MismatchError(
+              `Rank ${from} sent ${payloadBytes} bytes but rank ${transport.rank} expected ${into.byteLength} ` +
+                `in ${describeCall(desc)}`,
+            );
+          }
+        });
+        waitingOn.delete(from);
+      },
+    };
+    const reducer = env.reducer, dtype = op.dtype, reduceOp = reduceOpOf(op.op);
+    this.#ctx = {
+      comm,
+      elemSize: dtypeSize(op.dtype),
+      chunkBytes: env.chunkBytes,
+      reduce: (dst, src) => reducer.reduce(dtype, reduceOp, dst, src),
+      reduceMany: (dst, srcs) => reducer.reduceMany(dtype, reduceOp, dst, srcs),
+      scratch: (n) => env.scratch.take(n),
+      hosts: group.hosts,
+    };
+    this.#startedAt = performance.timeOrigin + performance.now();
+    this.began = performance.now();
+  }
+
+  /** The error of the call timed out now, naming the ranks it waits for. */
+  timedOut(): TimeoutError {
+    const peers = [...this.#waitingOn];
+    const waiting = peers.length ? `, waiting for rank ${peers.join(", rank ")}` : "";
+    return new TimeoutError(
+      `Timed out after ${this.#op.timeoutMs} ms in ${describeCall(this.descriptor)} on rank ` +
+        `${this.#env.transport.rank}${waiting}`,
+    );
+  }
+
+  /** Runs the algorithm on the call's tensors (and divides for `avg`). */
+  async run(): Promise<void> {
+    const op = this.#op, ctx = this.#ctx, env = this.#env;
+    if (
+      env.checkCalls && ctx.comm.size > 1 && (op.collective === "broadcast" || op.collective === "reduce")
+    ) {
+      // Ranks that disagree on the root may each wait for a message the other never sends, or each
+      // finish having only sent: they first agree on the call (its descriptor, root included) in a
+      // dissemination round, which no rank leaves until every rank's descriptor has matched along the
+      // way. `checkCalls: false` saves its ⌈log2 n⌉ empty messages.
+      await disseminationBarrier(ctx);
+    }
+    await runAlgorithm(ctx, op, this.#algorithm, { input: env.view(op.input), output: env.view(op.output) });
+    if (op.op === "avg") this.#average();
+  }
+
+  /** The report of the call, done now; counts it in its group's sequence. */
+  report(): WorkReport {
+    const t1 = performance.now(), op = this.#op;
+    if (op.collective !== "send" && op.collective !== "recv") this.#group.seq++;
+    return workReport({
+      collective: op.collective,
+      algorithm: this.#algorithm,
+      transport: this.#env.transport.kind,
+      bytes: op.count * dtypeSize(op.dtype),
+      bytesSent: this.#bytesSent,
+      timeMs: t1 - this.began,
+      startedAt: this.#startedAt,
+      finishedAt: performance.timeOrigin + t1,
+    });
+  }
+
+  #average(): void {
+    const op = this.#op, group = this.#group;
+    const target = op.collective === "allReduce"
+      ? op.input
+      : op.collective === "reduce"
+      ? (group.index === op.root ? op.input : undefined)
+      : op.collective === "reduceScatter"
+      ? op.output
+      : undefined;
+    const v = this.#env.view(target);
+    if (v) this.#env.reducer.divide(op.dtype, v, group.ranks.length);
+  }
+}
+
+function reduceOpOf(op: ReduceOp): ReduceOp {
+  // avg is a sum that the engine divides once the algorithm is done.
+  return op === "avg" ? "sum" : op;
+}
+
+/** The descriptor of a call over messages; send/recv are numbered per direction. */
+function descriptorOf(op: OpRequest, group: GroupState, algorithm: string): CallDescriptor {
+  if (op.collective === "send" || op.collective === "recv") {
+    // Both ends describe the message as the sender's call, numbered per direction.
+    const sending = op.collective === "send";
+    const counter = sending ? group.sent : group.received;
+    const seq = counter.get(op.root) ?? 0;
+    counter.set(op.root, seq + 1);
+    return {
+      group: group.id,
+      seq,
+      collective: "send",
+      dtype: op.dtype,
+      op: "sum",
+      algorithm: "",
+      root: sending ? op.root : group.index,
+      count: op.count,
+      servers: 0,
+    };
+  }
+  return {
+    group: group.id,
+    seq: group.seq,
+    collective: op.collective,
+    dtype: op.dtype,
+    op: op.op,
+    algorithm,
+    root: op.collective === "broadcast" || op.collective === "reduce" ? op.root : 0,
+    count: op.count,
+    servers: algorithm === "ps" ? op.servers ?? group.ranks.length : 0,
+    stage: op.stage ?? 0,
+  };
+}
+
+function mismatch(from: number, theirs: CallDescriptor, me: number, mine: CallDescriptor): MismatchError {
+  const call = (d: CallDescriptor, rank: number): string =>
+    d.collective === "send" && mine.collective === "send" && rank === me
+      ? `expected recv(${d.count} × ${d.dtype}) #${d.seq} from rank ${from} in group ${d.group}`
+      : `called ${describeCall(d)}`;
+  return new MismatchError(
+    `Mismatched calls: rank ${from} ${call(theirs, from)} but rank ${me} ${call(mine, me)}`,
+  );
+}
