@@ -30,6 +30,9 @@ import {
 } from "./process_group.ts";
 import { Work } from "./work.ts";
 
+/** The options of a call made without any: one frozen object, not a new one per call. */
+const NO_OPTIONS: Readonly<Record<never, never>> = Object.freeze({});
+
 /** The collectives, in the order of their wire codes (1-based). */
 export const COLLECTIVES = [
   "allReduce",
@@ -100,6 +103,10 @@ export interface CallRecord {
  * @internal Every backend's group extends it; users see only {@linkcode ProcessGroup}.
  */
 export abstract class GroupFront<W extends Work = Work> implements ProcessGroup {
+  // The last host tensor checked, the dtype asked for with it, and the dtype found (see #dtype).
+  #lastTensor: AnyTensor | undefined;
+  #lastAsked: DType | undefined;
+  #lastDtype: DType = "float32";
   /** This rank within the group, or -1 if this rank is not a member. */
   abstract readonly rank: number;
   /** The number of ranks in the group. */
@@ -165,92 +172,197 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
     return new Work(Promise.reject(error)) as W;
   }
 
-  allReduce(tensor: AnyTensor, options: ReduceOptions = {}): W {
-    return this.#call("allReduce", options, () => {
-      const dtype = this.#dtype("all-reduce", tensor, "tensor", options);
-      const servers = options.servers;
-      if (servers !== undefined && (!Number.isInteger(servers) || servers < 1 || servers > this.size)) {
-        throw new RangeError(
-          `Cannot all-reduce: servers must be an integer in 1..${this.size}, found ${servers}`,
-        );
-      }
-      const commDtype = commDtypeOf(dtype, options.commDtype);
-      const op = opOf("all-reduce", options);
-      const compression = options.compression === undefined
-        ? undefined
-        : checkCompression(options.compression, dtype, op, tensor as ArrayBufferView, options);
-      return { dtype, op, tensor, count: tensor.length, servers, commDtype, compression };
-    });
-  }
-
-  broadcast(tensor: AnyTensor, options: RootOptions = {}): W {
-    return this.#call("broadcast", options, () => ({
-      dtype: this.#dtype("broadcast", tensor, "tensor", options),
-      root: checkRank("broadcast", "root", options.root ?? 0, this.size),
+  allReduce(tensor: AnyTensor, options: ReduceOptions = NO_OPTIONS): W {
+    const timeoutMs = this.#open("allReduce", options);
+    if (timeoutMs < 0) return this.#refuseClosed("allReduce");
+    const dtype = this.#dtype("all-reduce", tensor, "tensor", options);
+    const servers = options.servers;
+    if (servers !== undefined && (!Number.isInteger(servers) || servers < 1 || servers > this.size)) {
+      throw new RangeError(
+        `Cannot all-reduce: servers must be an integer in 1..${this.size}, found ${servers}`,
+      );
+    }
+    const commDtype = commDtypeOf(dtype, options.commDtype);
+    const op = opOf("all-reduce", options);
+    const compression = options.compression === undefined
+      ? undefined
+      : checkCompression(options.compression, dtype, op, tensor as ArrayBufferView, options);
+    if (
+      compression === undefined && commDtype === undefined && servers === undefined &&
+      options.signal === undefined && (options.algorithm === undefined || options.algorithm === "auto")
+    ) {
+      // A plain all-reduce, checked: the backend may run it to its end on this thread at once.
+      const work = this.quickAllReduce(tensor, dtype, op, timeoutMs);
+      if (work !== undefined) return work;
+    }
+    const count = tensor.length;
+    return this.#run(
+      "allReduce",
+      options,
+      timeoutMs,
+      dtype,
+      op,
+      0,
       tensor,
-      count: tensor.length,
-    }));
+      undefined,
+      undefined,
+      count,
+      servers,
+      commDtype,
+      compression,
+    );
   }
 
-  reduce(tensor: AnyTensor, options: RootReduceOptions = {}): W {
-    return this.#call("reduce", options, () => {
-      onlyAllReduce("reduce", options);
-      return {
-        dtype: this.#dtype("reduce", tensor, "tensor", options),
-        op: opOf("reduce", options),
-        root: checkRank("reduce", "root", options.root ?? 0, this.size),
-        tensor,
-        count: tensor.length,
-      };
-    });
-  }
-
-  allGather(output: AnyTensor, input: AnyTensor, options: AlgorithmOptions = {}): W {
-    return this.#call("allGather", options, () => {
-      const dtype = this.#pair("all-gather", output, input, options);
-      checkBlocks("allGather", output, input, this.size);
-      return { dtype, input, output, count: input.length };
-    });
-  }
-
-  reduceScatter(output: AnyTensor, input: AnyTensor, options: ReduceOptions = {}): W {
-    return this.#call("reduceScatter", options, () => {
-      const dtype = this.#pair("reduce-scatter", output, input, options);
-      const op = opOf("reduce-scatter", options);
-      onlyAllReduce("reduce-scatter", options);
-      checkBlocks("reduceScatter", output, input, this.size);
-      return { dtype, op, input, output, count: input.length };
-    });
-  }
-
-  allToAll(output: AnyTensor, input: AnyTensor, options: AlgorithmOptions = {}): W {
-    return this.#call("allToAll", options, () => {
-      const dtype = this.#pair("all-to-all", output, input, options);
-      checkBlocks("allToAll", output, input, this.size);
-      return { dtype, input, output, count: input.length };
-    });
-  }
-
-  barrier(options: CallOptions = {}): W {
-    return this.#call("barrier", options, () => ({ dtype: "uint8" as const, count: 0 }));
-  }
-
-  send(tensor: AnyTensor, peer: number, options: CallOptions = {}): W {
-    return this.#call("send", options, () => ({
-      dtype: this.#dtype("send", tensor, "tensor", options),
-      root: checkPeer("send", peer, this),
+  broadcast(tensor: AnyTensor, options: RootOptions = NO_OPTIONS): W {
+    const timeoutMs = this.#open("broadcast", options);
+    if (timeoutMs < 0) return this.#refuseClosed("broadcast");
+    const dtype = this.#dtype("broadcast", tensor, "tensor", options);
+    const root = checkRank("broadcast", "root", options.root ?? 0, this.size);
+    return this.#run(
+      "broadcast",
+      options,
+      timeoutMs,
+      dtype,
+      "sum",
+      root,
       tensor,
-      count: tensor.length,
-    }));
+      undefined,
+      undefined,
+      tensor.length,
+    );
   }
 
-  recv(tensor: AnyTensor, peer: number, options: CallOptions = {}): W {
-    return this.#call("recv", options, () => ({
-      dtype: this.#dtype("recv", tensor, "tensor", options),
-      root: checkPeer("recv", peer, this),
+  reduce(tensor: AnyTensor, options: RootReduceOptions = NO_OPTIONS): W {
+    const timeoutMs = this.#open("reduce", options);
+    if (timeoutMs < 0) return this.#refuseClosed("reduce");
+    onlyAllReduce("reduce", options);
+    const dtype = this.#dtype("reduce", tensor, "tensor", options);
+    const op = opOf("reduce", options);
+    const root = checkRank("reduce", "root", options.root ?? 0, this.size);
+    return this.#run(
+      "reduce",
+      options,
+      timeoutMs,
+      dtype,
+      op,
+      root,
       tensor,
-      count: tensor.length,
-    }));
+      undefined,
+      undefined,
+      tensor.length,
+    );
+  }
+
+  allGather(output: AnyTensor, input: AnyTensor, options: AlgorithmOptions = NO_OPTIONS): W {
+    const timeoutMs = this.#open("allGather", options);
+    if (timeoutMs < 0) return this.#refuseClosed("allGather");
+    const dtype = this.#pair("all-gather", output, input, options);
+    checkBlocks("allGather", output, input, this.size);
+    return this.#run(
+      "allGather",
+      options,
+      timeoutMs,
+      dtype,
+      "sum",
+      0,
+      undefined,
+      input,
+      output,
+      input.length,
+    );
+  }
+
+  reduceScatter(output: AnyTensor, input: AnyTensor, options: ReduceOptions = NO_OPTIONS): W {
+    const timeoutMs = this.#open("reduceScatter", options);
+    if (timeoutMs < 0) return this.#refuseClosed("reduceScatter");
+    const dtype = this.#pair("reduce-scatter", output, input, options);
+    const op = opOf("reduce-scatter", options);
+    onlyAllReduce("reduce-scatter", options);
+    checkBlocks("reduceScatter", output, input, this.size);
+    return this.#run(
+      "reduceScatter",
+      options,
+      timeoutMs,
+      dtype,
+      op,
+      0,
+      undefined,
+      input,
+      output,
+      input.length,
+    );
+  }
+
+  allToAll(output: AnyTensor, input: AnyTensor, options: AlgorithmOptions = NO_OPTIONS): W {
+    const timeoutMs = this.#open("allToAll", options);
+    if (timeoutMs < 0) return this.#refuseClosed("allToAll");
+    const dtype = this.#pair("all-to-all", output, input, options);
+    checkBlocks("allToAll", output, input, this.size);
+    return this.#run("allToAll", options, timeoutMs, dtype, "sum", 0, undefined, input, output, input.length);
+  }
+
+  barrier(options: CallOptions = NO_OPTIONS): W {
+    const timeoutMs = this.#open("barrier", options);
+    if (timeoutMs < 0) return this.#refuseClosed("barrier");
+    return this.#run("barrier", options, timeoutMs, "uint8", "sum", 0, undefined, undefined, undefined, 0);
+  }
+
+  send(tensor: AnyTensor, peer: number, options: CallOptions = NO_OPTIONS): W {
+    const timeoutMs = this.#open("send", options);
+    if (timeoutMs < 0) return this.#refuseClosed("send");
+    const dtype = this.#dtype("send", tensor, "tensor", options);
+    const root = checkPeer("send", peer, this);
+    return this.#run(
+      "send",
+      options,
+      timeoutMs,
+      dtype,
+      "sum",
+      root,
+      tensor,
+      undefined,
+      undefined,
+      tensor.length,
+    );
+  }
+
+  recv(tensor: AnyTensor, peer: number, options: CallOptions = NO_OPTIONS): W {
+    const timeoutMs = this.#open("recv", options);
+    if (timeoutMs < 0) return this.#refuseClosed("recv");
+    const dtype = this.#dtype("recv", tensor, "tensor", options);
+    const root = checkPeer("recv", peer, this);
+    return this.#run(
+      "recv",
+      options,
+      timeoutMs,
+      dtype,
+      "sum",
+      root,
+      tensor,
+      undefined,
+      undefined,
+      tensor.length,
+    );
+  }
+
+  /**
+   * A plain all-reduce (no algorithm asked for, no codec, no signal) whose arguments the front checked:
+   * the backend runs it now, before any record is made, or returns `undefined` to have it run as every
+   * other call.
+   *
+   * @param _tensor The tensor.
+   * @param _dtype Its dtype.
+   * @param _op The op.
+   * @param _timeoutMs The call's timeout.
+   * @returns Its Work, or `undefined`.
+   */
+  protected quickAllReduce(
+    _tensor: AnyTensor,
+    _dtype: DType,
+    _op: ReduceOp,
+    _timeoutMs: number,
+  ): W | undefined {
+    return undefined;
   }
 
   abstract newGroup(ranks: readonly number[], options?: GroupOptions): Promise<ProcessGroup>;
@@ -262,14 +374,16 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
     return this.close();
   }
 
-  /** Checks the parts every call shares, then the collective's own (`build`), then runs the record. */
-  #call(
-    collective: Collective,
-    options: CallOptions & { algorithm?: string },
-    build: () => Omit<Partial<CallRecord>, "collective" | "dtype"> & { dtype: DType; count: number },
-  ): W {
+  /**
+   * The checks every call begins with (the group, this rank, the options, the timeout, the signal's type).
+   * Each collective then checks its own arguments and hands them to {@linkcode GroupFront.#run}: no
+   * closure or object is made for a call before its record.
+   *
+   * @returns The call's timeout, or -1 if the group is closed (the call is refused with a failed Work).
+   */
+  #open(collective: Collective, options: CallOptions): number {
+    if (this.isClosed) return -1;
     const what = VERB[collective];
-    if (this.isClosed) return this.rejected(new DistError(`Cannot ${what}: the process group is closed`));
     if (this.rank < 0) {
       throw new RangeError(`Cannot ${what}: this rank is not a member of ${this.describe()}`);
     }
@@ -287,27 +401,59 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
         `Cannot ${what}: expected signal to be an AbortSignal, found ${describeValue(signal)}`,
       );
     }
-    const parts = build();
+    return timeoutMs;
+  }
+
+  /** The Work of a call on a closed group. */
+  #refuseClosed(collective: Collective): W {
+    return this.rejected(new DistError(`Cannot ${VERB[collective]}: the process group is closed`));
+  }
+
+  /** The checks every call ends with (the algorithm, an aborted signal, the codecs), then the record, run. */
+  #run(
+    collective: Collective,
+    options: CallOptions & { algorithm?: string },
+    timeoutMs: number,
+    dtype: DType,
+    op: ReduceOp,
+    root: number,
+    tensor: AnyTensor | undefined,
+    input: AnyTensor | undefined,
+    output: AnyTensor | undefined,
+    count: number,
+    servers?: number,
+    commDtype?: DType,
+    compression?: CheckedCompression,
+  ): W {
     const algorithm = options.algorithm ?? "auto";
     if (typeof algorithm !== "string") {
       throw new TypeError(
-        `Cannot ${what}: expected algorithm to be a string, found ${describeValue(algorithm)}`,
+        `Cannot ${VERB[collective]}: expected algorithm to be a string, found ${describeValue(algorithm)}`,
       );
     }
     if (algorithm !== "auto") this.checkAlgorithm(collective, algorithm);
+    const signal = options.signal;
     if (signal?.aborted) {
       return this.rejected(new DistError(`Aborted before it started: ${signal.reason}`, { code: "ABORTED" }));
     }
     if (!this.codecThread) {
-      if (parts.commDtype !== undefined) throw narrowUnsupported(this.backend);
-      if (parts.compression !== undefined) throw compressionUnsupported(this.backend);
+      if (commDtype !== undefined) throw narrowUnsupported(this.backend);
+      if (compression !== undefined) throw compressionUnsupported(this.backend);
     }
+    // One shape for every record, so that the backends' code that reads them stays monomorphic.
     return this.execute({
       collective,
-      op: "sum",
-      root: 0,
-      ...parts,
+      dtype,
+      op,
+      root,
+      tensor,
+      input,
+      output,
+      count,
       algorithm,
+      servers,
+      commDtype,
+      compression,
       timeoutMs,
       signal,
       options,
@@ -316,6 +462,12 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
 
   /** The dtype of one tensor, after the backend's and the buffer's checks. */
   #dtype(what: string, tensor: AnyTensor, name: string, options: CallOptions): DType {
+    // The tensor of the last call again (a loop of calls on one tensor): only its buffer can have changed
+    // (detached); its class, its buffer's resizability and so its dtype cannot.
+    if (tensor === this.#lastTensor && tensor !== undefined && options.dtype === this.#lastAsked) {
+      if (((tensor as TypedArray).buffer as ArrayBuffer).detached) throw detached(what, name);
+      return this.#lastDtype;
+    }
     if (tensor === null || typeof tensor !== "object") {
       throw new TypeError(
         `Cannot ${what}: expected ${name} to be a TypedArray, found ${describeValue(tensor)}`,
@@ -329,23 +481,26 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
       return tensor.dtype;
     }
     const buffer = (tensor as TypedArray).buffer as ArrayBuffer;
-    if (buffer?.detached) {
-      throw new TypeError(
-        `Cannot ${what}: expected ${name} over a live buffer, found its ArrayBuffer detached (transferred ` +
-          `to another thread or resized away)`,
-      );
-    }
+    if (buffer?.detached) throw detached(what, name);
     if (buffer?.resizable) {
       throw new TypeError(
         `Cannot ${what}: expected ${name} over a fixed-length buffer, found a resizable ArrayBuffer (it can ` +
           `move while the call uses it)`,
       );
     }
+    let dtype: DType;
     try {
-      return dtypeOf(tensor as TypedArray, options.dtype);
+      dtype = dtypeOf(tensor as TypedArray, options.dtype);
     } catch (e) {
       throw new TypeError(`Cannot ${what}: ${(e as Error).message}`);
     }
+    // Kept for the next call only for small tensors: the group holds on to it until then.
+    if ((tensor as TypedArray).byteLength <= KEPT_TENSOR_BYTES) {
+      this.#lastTensor = tensor;
+      this.#lastAsked = options.dtype;
+      this.#lastDtype = dtype;
+    }
+    return dtype;
   }
 
   /** The dtype of an out-of-place pair: both checked, and the same. */
@@ -355,6 +510,17 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
     if (a !== b) throw new TypeError(`Cannot ${what}: input is ${a} but output is ${b}`);
     return a;
   }
+}
+
+/** The largest tensor whose checks the front keeps for the next call (it keeps the tensor alive too). */
+const KEPT_TENSOR_BYTES = 65536;
+
+/** The error of a call on a tensor whose buffer was detached. */
+function detached(what: string, name: string): TypeError {
+  return new TypeError(
+    `Cannot ${what}: expected ${name} over a live buffer, found its ArrayBuffer detached (transferred ` +
+      `to another thread or resized away)`,
+  );
 }
 
 /**

@@ -92,6 +92,12 @@ export function workReport(init: WorkReportInit): WorkReport {
   return init.compression === undefined ? report : { ...report, compression: init.compression };
 }
 
+/** What a Work done when it was made is constructed with (never settles, never escapes this module). */
+const DONE: Promise<never> = new Promise<never>(() => {});
+/** The promise `then` of a Work done when it was made chains on. */
+const NOTHING: Promise<void> = Promise.resolve();
+let makeDone: (report: WorkReport | undefined) => Work;
+
 /**
  * The handle of an asynchronous collective.
  *
@@ -119,7 +125,8 @@ export function workReport(init: WorkReportInit): WorkReport {
  * ```
  */
 export class Work implements PromiseLike<void> {
-  #promise: Promise<WorkReport | undefined>;
+  /** The backend's promise; made on first use for a Work that was done when it was made. */
+  #promise: Promise<WorkReport | undefined> | undefined;
   #completed = false;
   #error: unknown = undefined;
   #report: WorkReport | undefined;
@@ -130,6 +137,8 @@ export class Work implements PromiseLike<void> {
    * @param promise Resolves with the report when the collective (and its copy back) is done.
    */
   constructor(promise: Promise<WorkReport | undefined>) {
+    // A call done before its Work was made (doneWork) has no promise until someone asks for one.
+    if (promise === DONE) return;
     this.#promise = promise;
     // One reaction records the outcome, and handles a rejection (nobody waiting must not crash the
     // process); waiters chain on the backend's promise itself, and their reactions run after this one. One
@@ -144,6 +153,15 @@ export class Work implements PromiseLike<void> {
         this.#completed = true;
       },
     );
+  }
+
+  static {
+    makeDone = (report) => {
+      const work = new Work(DONE);
+      work.#report = report;
+      work.#completed = true;
+      return work;
+    };
   }
 
   /** Whether the collective has finished, successfully or not. */
@@ -168,7 +186,7 @@ export class Work implements PromiseLike<void> {
    * @throws {DistError} The collective's failure.
    */
   wait(): Promise<WorkReport | undefined> {
-    return this.#promise;
+    return this.#promise ??= Promise.resolve(this.#report);
   }
 
   /** Lets `await work` wait for the collective. */
@@ -176,6 +194,22 @@ export class Work implements PromiseLike<void> {
     onfulfilled?: ((value: void) => T1 | PromiseLike<T1>) | null,
     onrejected?: ((reason: unknown) => T2 | PromiseLike<T2>) | null,
   ): Promise<T1 | T2> {
+    // Done when made: a promise of nothing, shared by every such Work, carries the reactions (no
+    // closure per call, one microtask).
+    if (this.#promise === undefined) return NOTHING.then(onfulfilled, onrejected);
     return this.#promise.then(onfulfilled && (() => onfulfilled()), onrejected);
   }
+}
+
+/**
+ * The Work of a call that is already done when it returns (a call the calling thread ran to its end):
+ * `completed` at once, and no promise or reaction unless someone asks for one (`wait()`); `await` takes
+ * one microtask on a promise every such Work shares.
+ *
+ * @param report The call's report.
+ * @returns The Work.
+ * @internal For backends; users get Works from the collectives.
+ */
+export function doneWork(report: WorkReport | undefined): Work {
+  return makeDone(report);
 }

@@ -46,13 +46,15 @@ export function segmentAllReduce(
   buf: Uint8Array,
   options: SegmentAllReduceOptions = {},
 ): SegmentPlan {
-  const chunks = chunksOf(ctx, buf.byteLength, ctx.bufferBytes);
   const es = ctx.elemSize;
-  const post = (c: number, b: number): void => postChunk(ctx, buf, chunks, c, b);
-  if (!options.twoPhase || ctx.size === 1) {
+  const oneShot = !options.twoPhase || ctx.size === 1;
+  // A tensor that fits one buffer (every small call): one object, and no view of a part of it per step.
+  if (oneShot && buf.byteLength <= Math.floor(ctx.bufferBytes / es) * es) return new OneChunk(ctx, buf);
+  const chunks = chunksOf(ctx, buf.byteLength, ctx.bufferBytes);
+  if (oneShot) {
     return {
       chunks: chunks.count,
-      post,
+      post: (c: number, b: number): void => postChunk(ctx, buf, chunks, c, b),
       finish(c: number, b: number): void {
         const off = c * chunks.size, len = chunks.length(c);
         if (len > 0) ctx.reduceToOutput(buf.subarray(off, off + len), b, 0);
@@ -86,6 +88,26 @@ export function segmentAllReduce(
       }
     },
   };
+}
+
+/** The one-shot plan of a tensor of one chunk: post it whole, reduce every member's buffer into it. */
+class OneChunk implements SegmentPlan {
+  readonly chunks = 1;
+  readonly #ctx: SegmentContext;
+  readonly #buf: Uint8Array;
+
+  constructor(ctx: SegmentContext, buf: Uint8Array) {
+    this.#ctx = ctx;
+    this.#buf = buf;
+  }
+
+  post(_c: number, b: number): void {
+    this.#ctx.buffer(this.#ctx.rank, b).set(this.#buf);
+  }
+
+  finish(_c: number, b: number): void {
+    if (this.#buf.byteLength > 0) this.#ctx.reduceToOutput(this.#buf, b, 0);
+  }
 }
 
 /**

@@ -124,8 +124,9 @@ export class SegmentPipeline {
   #reduced: number;
   #finished: number;
   #checked: boolean;
-  /** What the last progress() that moved nothing was waiting for. */
-  #blocked: { counter: "called" | "posted" | "reduced" | "consumed"; target: number } | undefined;
+  /** What the last progress() that moved nothing was waiting for (two fields: a spin allocates nothing). */
+  #blockedOn: "called" | "posted" | "reduced" | "consumed" | undefined;
+  #blockedAt = 0;
 
   /**
    * @param ctx The group's buffers and counters.
@@ -162,16 +163,16 @@ export class SegmentPipeline {
 
   /** The counter the pipeline last waited on (`"called"`: a member has not begun the call). */
   get waitingFor(): "called" | "posted" | "reduced" | "consumed" | undefined {
-    return this.#blocked?.counter;
+    return this.#blockedOn;
   }
 
   /** The members whose counters the pipeline waited for when it last could not move. */
   waitingOn(): number[] {
-    const blocked = this.#blocked;
-    if (blocked === undefined) return [];
+    const counter = this.#blockedOn, target = this.#blockedAt;
+    if (counter === undefined) return [];
     const out: number[] = [];
     for (let q = 0; q < this.#ctx.size; q++) {
-      if (((this.#ctx.counter(q, blocked.counter) - blocked.target) | 0) < 0) out.push(q);
+      if (((this.#ctx.counter(q, counter) - target) | 0) < 0) out.push(q);
     }
     return out;
   }
@@ -189,7 +190,10 @@ export class SegmentPipeline {
       if (ctx.checkCall()) {
         this.#checked = true;
         moved = true;
-      } else this.#blocked = { counter: "called", target: ctx.call };
+      } else {
+        this.#blockedOn = "called";
+        this.#blockedAt = ctx.call;
+      }
     }
     while (this.#posted < plan.chunks && this.#posted - this.#finished < k) {
       const seq = (this.#base + this.#posted + 1) | 0;
@@ -229,7 +233,8 @@ export class SegmentPipeline {
     const ctx = this.#ctx;
     for (let q = 0; q < ctx.size; q++) {
       if (((ctx.counter(q, counter) - target) | 0) < 0) {
-        this.#blocked = { counter, target };
+        this.#blockedOn = counter;
+        this.#blockedAt = target;
         return false;
       }
     }

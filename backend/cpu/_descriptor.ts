@@ -68,16 +68,72 @@ export function encodeDescriptorInto(
   v: DataView,
   at: number,
 ): void {
-  v.setUint32(at, d.group, true);
-  v.setUint32(at + 4, d.seq >>> 0, true);
-  v.setUint8(at + 8, COLLECTIVES.indexOf(d.collective) + 1);
-  v.setUint8(at + 9, DTYPES.indexOf(d.dtype));
-  v.setUint8(at + 10, REDUCE_OPS.indexOf(d.op));
-  v.setUint8(at + 11, algorithms.indexOf(d.algorithm) + 1);
-  v.setInt32(at + 12, d.root, true);
-  v.setFloat64(at + 16, d.count, true);
-  v.setUint32(at + 24, d.servers, true);
-  v.setUint32(at + 28, (d.stage ?? 0) << 8, true);
+  encodeCallInto(
+    v,
+    at,
+    d.group,
+    d.seq,
+    d.collective,
+    d.dtype,
+    d.op,
+    algorithms.indexOf(d.algorithm) + 1,
+    d.root,
+    d.count,
+    d.servers,
+    d.stage ?? 0,
+  );
+}
+
+// The codes by name, so that encoding a call searches no list.
+const COLLECTIVE_CODES: Readonly<Record<string, number>> = codes(COLLECTIVES, 1);
+const DTYPE_CODES: Readonly<Record<string, number>> = codes(DTYPES, 0);
+const OP_CODES: Readonly<Record<string, number>> = codes(REDUCE_OPS, 0);
+
+function codes(names: readonly string[], first: number): Readonly<Record<string, number>> {
+  return Object.freeze(Object.fromEntries(names.map((name, i) => [name, i + first])));
+}
+
+/**
+ * {@linkcode encodeDescriptorInto} from the descriptor's fields, with the algorithm's code (its index in the
+ * algorithm names + 1, 0 for none): what a call's begin writes into its log entry, with no descriptor made.
+ *
+ * @param v A view of the memory.
+ * @param at Where the 32 bytes go.
+ * @param group Group id.
+ * @param seq Sequence number.
+ * @param collective The collective.
+ * @param dtype The dtype.
+ * @param op The op.
+ * @param algorithm The algorithm's code.
+ * @param root Root or peer.
+ * @param count Element count.
+ * @param servers Parameter servers (0 but for `ps`).
+ * @param stage The compressed all-reduce's stage (0 for none).
+ */
+export function encodeCallInto(
+  v: DataView,
+  at: number,
+  group: number,
+  seq: number,
+  collective: Collective,
+  dtype: DType,
+  op: ReduceOp,
+  algorithm: number,
+  root: number,
+  count: number,
+  servers: number,
+  stage: number,
+): void {
+  v.setUint32(at, group, true);
+  v.setUint32(at + 4, seq >>> 0, true);
+  v.setUint8(at + 8, COLLECTIVE_CODES[collective] ?? 0);
+  v.setUint8(at + 9, DTYPE_CODES[dtype] ?? -1);
+  v.setUint8(at + 10, OP_CODES[op] ?? -1);
+  v.setUint8(at + 11, algorithm);
+  v.setInt32(at + 12, root, true);
+  v.setFloat64(at + 16, count, true);
+  v.setUint32(at + 24, servers, true);
+  v.setUint32(at + 28, stage << 8, true);
 }
 
 /**

@@ -87,29 +87,92 @@ export function segmentCallOf(
   input: Uint8Array | undefined,
   output: Uint8Array | undefined,
 ): SegmentCall {
-  const collective = op.collective;
+  // An all-reduce on a pool tensor runs in place there, with nothing copied in or out.
+  const pooled = op.collective === "allReduce" && op.input !== undefined && "pool" in op.input
+    ? op.input.pool
+    : undefined;
+  return newSegmentCall(
+    op.group,
+    members,
+    op.collective,
+    op.dtype,
+    op.op,
+    op.root,
+    op.count,
+    op.stage ?? 0,
+    pooled,
+    layout,
+    input,
+    output,
+  );
+}
+
+// The last plan priced, and its answer: a run of calls of one size prices it once.
+let pricedSize = -1, pricedBytes = -1, pricedChunk = -1, pricedTwoPhase = false;
+
+/** Whether `DCOMM_SEGMENT_PLAN` forces a plan (the paths that know only one-shot then stand aside). */
+export function segmentPlanForced(): boolean {
+  return FORCED_PLAN !== undefined;
+}
+
+/** Whether the cost model runs an all-reduce (or reduce) of `bytes` on `size` ranks in two phases. */
+function twoPhaseOf(size: number, bytes: number, chunkBytes: number): boolean {
+  if (FORCED_PLAN !== undefined) return FORCED_PLAN === "two-phase";
+  if (size !== pricedSize || bytes !== pricedBytes || chunkBytes !== pricedChunk) {
+    pricedTwoPhase = segmentPlan({ size, bytes, chunkBytes }, DEFAULT_SEGMENT_CONSTANTS) === "two-phase";
+    pricedSize = size, pricedBytes = bytes, pricedChunk = chunkBytes;
+  }
+  return pricedTwoPhase;
+}
+
+/**
+ * A segment call from its parts (the calling thread makes its calls from the front's record with this,
+ * with no request in between).
+ *
+ * @param group The group id.
+ * @param members The group's global ranks.
+ * @param collective The collective.
+ * @param dtype The element type.
+ * @param op The reduction.
+ * @param root The root (group rank).
+ * @param count Elements, as the descriptor counts them.
+ * @param stage The stage of a compressed all-reduce (0 for none).
+ * @param pooled The byte offset in this rank's pool of an all-reduce's pool tensor, if it is one.
+ * @param layout The segment's buffers.
+ * @param input The input's bytes.
+ * @param output The output's bytes.
+ * @returns The call.
+ * @throws {TypeError} For send and recv, which are messages.
+ */
+export function newSegmentCall(
+  group: number,
+  members: readonly number[],
+  collective: Collective,
+  dtype: DType,
+  op: ReduceOp,
+  root: number,
+  count: number,
+  stage: number,
+  pooled: number | undefined,
+  layout: SegmentLayout,
+  input: Uint8Array | undefined,
+  output: Uint8Array | undefined,
+): SegmentCall {
   if (collective === "send" || collective === "recv") {
     throw new TypeError(`${collective} has no segment algorithm: it is a message`);
   }
   const twoPhase = (collective === "allReduce" || collective === "reduce") &&
-    (FORCED_PLAN ?? segmentPlan(
-        { size: members.length, bytes: op.count * dtypeSize(op.dtype), chunkBytes: layout.bufferBytes },
-        DEFAULT_SEGMENT_CONSTANTS,
-      )) === "two-phase";
-  // An all-reduce on a pool tensor runs in place there, with nothing copied in or out.
-  const pooled = collective === "allReduce" && op.input !== undefined && "pool" in op.input
-    ? op.input.pool
-    : undefined;
+    twoPhaseOf(members.length, count * dtypeSize(dtype), layout.bufferBytes);
   return {
-    pooled,
-    group: op.group,
+    pooled: collective === "allReduce" ? pooled : undefined,
+    group,
     members,
     collective,
-    dtype: op.dtype,
-    op: op.op,
-    root: op.root,
-    count: op.count,
-    stage: op.stage ?? 0,
+    dtype,
+    op,
+    root,
+    count,
+    stage,
     twoPhase,
     input,
     output,

@@ -18,11 +18,14 @@ import { duplicateMapping, mapAnonymousAt, type SharedMapping } from "../../ffi/
 import { type HostSegment, poolOffset } from "../../transport/segment.ts";
 import type { Kernels } from "../../wasm/kernels.ts";
 import { SegmentPipeline, type SegmentState } from "../../collectives/segment_context.ts";
-import { type CallDescriptor, encodeDescriptorInto } from "./_descriptor.ts";
+import { type CallDescriptor, encodeCallInto, encodeDescriptorInto } from "./_descriptor.ts";
 import { ALGORITHM_NAMES } from "./_dispatch.ts";
-import { type SegmentCall, segmentDescriptor, segmentPlanOf } from "./_segment_call.ts";
+import { type SegmentCall, segmentPlanOf } from "./_segment_call.ts";
 import { CallContext, type GroupMemory, SCRATCH_BYTES } from "./_segment_call_context.ts";
 import { SegmentRun } from "./_segment_run.ts";
+
+/** The code of the algorithm `"segment"` in descriptors. */
+const SEGMENT_CODE = ALGORITHM_NAMES.indexOf("segment") + 1;
 
 /** The segment as one thread runs collectives on it. */
 export class SegmentExecutor {
@@ -74,9 +77,28 @@ export class SegmentExecutor {
    * @returns The run.
    */
   begin(call: SegmentCall): SegmentRun {
-    const number = this.beginCall(call.group, (seq) => segmentDescriptor(call, seq), call.pooled ?? -1);
-    const words = this.segment.words(this.segment.rank);
-    const base = Atomics.load(words, this.segment.counterIndex(call.group, "posted"));
+    const seg = this.segment, me = seg.rank, group = call.group;
+    const words = seg.words(me);
+    const called = seg.counterIndex(group, "called");
+    // This rank's own counters, which only this rank's threads write: plain reads.
+    const number = (words[called] + 1) | 0;
+    // The descriptor straight from the call: no descriptor object, no closure.
+    encodeCallInto(
+      seg.view(me),
+      seg.logOffset(group, number),
+      group,
+      number >>> 0,
+      call.collective,
+      call.dtype,
+      call.op,
+      SEGMENT_CODE,
+      call.collective === "broadcast" || call.collective === "reduce" ? call.root : 0,
+      call.count,
+      0,
+      call.stage,
+    );
+    this.#logged(group, number, called, call.pooled ?? -1);
+    const base = words[seg.counterIndex(group, "posted")];
     return this.#run(call, number, { base, posted: 0, reduced: 0, finished: 0, checked: false });
   }
 
@@ -106,15 +128,25 @@ export class SegmentExecutor {
     const words = seg.words(me);
     const index = seg.counterIndex(group, "called");
     const number = (Atomics.load(words, index) + 1) | 0;
-    const at = seg.logOffset(group, number);
-    encodeDescriptorInto(describe(number >>> 0), ALGORITHM_NAMES, seg.view(me), at);
+    encodeDescriptorInto(describe(number >>> 0), ALGORITHM_NAMES, seg.view(me), seg.logOffset(group, number));
+    this.#logged(group, number, index, pooled);
+    return number;
+  }
+
+  /** Ends a call's begin, its descriptor written: the pool flag and offset, then the counter, then the bells. */
+  #logged(group: number, number: number, index: number, pooled: number): void {
+    const seg = this.segment, me = seg.rank;
     // Byte 28 (reserved in the descriptor) says whether the call is on pool tensors; its offset follows.
-    seg.area(me)[at + 28] = pooled >= 0 ? 1 : 0;
+    seg.area(me)[seg.logOffset(group, number) + 28] = pooled >= 0 ? 1 : 0;
     seg.setLogPool(me, group, number, pooled);
-    Atomics.store(words, index, number);
+    Atomics.store(seg.words(me), index, number);
     // Peers asleep waiting for this rank to begin wake now.
     seg.ringAll();
-    return number;
+  }
+
+  /** Whether {@linkcode SegmentExecutor.close} was called. */
+  get closed(): boolean {
+    return this.#closed;
   }
 
   /** Gives this thread's wasm memory back (fresh pages over the mapped range). Idempotent. */
@@ -129,6 +161,18 @@ export class SegmentExecutor {
 
   #run(call: SegmentCall, number: number, state: SegmentState): SegmentRun {
     if (this.#closed) throw new DistError("The process group is closed");
+    const ctx = new CallContext(this.#groupOf(call), call, number, this.#kernels, this.#scratch);
+    const plan = segmentPlanOf(ctx, call);
+    return new SegmentRun(this, call, new SegmentPipeline(ctx, plan, state), ctx);
+  }
+
+  /**
+   * Checks that this thread's wasm memory has not moved since the areas were mapped into it: before a
+   * call's first kernel (a call whose reductions run in JavaScript, every small one, needs no check).
+   *
+   * @throws {DistError} If it moved (the mapping is lost).
+   */
+  readonly #checkMemory = (): void => {
     const memory = this.#kernels.heap.memory;
     if (memory.buffer !== this.#memoryBuffer) {
       // Memory grew: it must have grown in place, or the mapping is lost.
@@ -137,10 +181,7 @@ export class SegmentExecutor {
       }
       this.#memoryBuffer = memory.buffer;
     }
-    const ctx = new CallContext(this.#groupOf(call), call, number, this.#kernels, this.#scratch);
-    const plan = segmentPlanOf(ctx, call);
-    return new SegmentRun(this, call, new SegmentPipeline(ctx, plan, state), ctx);
-  }
+  };
 
   /** What a group's calls share (the members' words, the counters' indices), made once per group. */
   #groupOf(call: SegmentCall): GroupMemory {
@@ -160,6 +201,7 @@ export class SegmentExecutor {
       consumed: seg.counterIndex(group, "consumed"),
       sources: new Array<number>(members.length),
       pool: poolOffset(seg.layout),
+      checkMemory: this.#checkMemory,
     };
     this.#groups.set(group, made);
     return made;

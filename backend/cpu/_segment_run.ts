@@ -23,13 +23,15 @@ const SLEEP_SLICE_MS = 10;
 /** How long a call on the communication thread may keep its event loop blocked. */
 const YIELD_MS = 50;
 
+/** `performance.timeOrigin`, read once (it does not change). */
+const TIME_ORIGIN = performance.timeOrigin;
+
 /** One call under way: its pipeline and the context it runs in. */
 export class SegmentRun {
   /** The call's number in its group. */
   readonly call: number;
   /** `performance.now()` when this thread began or resumed it. */
   readonly began: number;
-  readonly #startedAt: number;
   readonly #exec: SegmentExecutor;
   readonly #segmentCall: SegmentCall;
   readonly #pipeline: SegmentPipeline;
@@ -43,7 +45,7 @@ export class SegmentRun {
     pipeline: SegmentPipeline,
     named: { readonly description: string; readonly rank: number; readonly call: number },
   ) {
-    this.#startedAt = performance.timeOrigin + performance.now();
+    // One clock read per end of the call (each costs about 0.1 µs in Deno); the epoch follows from it.
     this.began = performance.now();
     this.#exec = exec;
     this.#segmentCall = call;
@@ -68,8 +70,8 @@ export class SegmentRun {
       bytes: call.count * dtypeSize(call.dtype),
       bytesSent: segmentBytesPosted(call, this.#named.rank),
       timeMs: t1 - this.began,
-      startedAt: this.#startedAt,
-      finishedAt: performance.timeOrigin + t1,
+      startedAt: TIME_ORIGIN + this.began,
+      finishedAt: TIME_ORIGIN + t1,
     });
   }
 

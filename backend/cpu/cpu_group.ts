@@ -8,18 +8,21 @@
  * @module
  */
 import { checkGroupRanks } from "../_checks.ts";
-import type { TypedArray } from "../../core/dtype.ts";
+import type { DType, ReduceOp, TypedArray } from "../../core/dtype.ts";
+import { epochNowMs } from "../../ffi/libc/libc.ts";
 import { DistError } from "../../core/errors.ts";
-import type { AllocOptions, GroupOptions, ProcessGroup } from "../process_group.ts";
+import type { AllocOptions, AnyTensor, GroupOptions, ProcessGroup } from "../process_group.ts";
 import { type CallRecord, GroupFront } from "../_front.ts";
-import { Work } from "../work.ts";
+import { doneWork, Work, workReport } from "../work.ts";
 import type { Collective, OpRequest, PointerRegion, PoolRegion, Region } from "./_protocol.ts";
 import type { SegmentExecutor } from "./_segment_exec.ts";
-import { segmentCallOf } from "./_segment_call.ts";
+import { newSegmentCall, segmentPlanForced } from "./_segment_call.ts";
+import { SmallAllReduce, smallAllReduceTakes } from "./_segment_small.ts";
+import type { SegmentState } from "../../collectives/segment_context.ts";
 import { allocOrdinary, checkAlloc, releaseOrdinary, tensorOver } from "../_alloc.ts";
-import { checkAlgorithm } from "./_dispatch.ts";
+import { ALGORITHM_NAMES, checkAlgorithm } from "./_dispatch.ts";
 import type { EngineHandle } from "./_engine_handle.ts";
-import { groupUsesSegment, inputOf, outputOf, route, type RouteSite } from "./_route.ts";
+import { groupUsesSegment, inputOf, outputOf, route, type RoutedCall, type RouteSite } from "./_route.ts";
 
 /** The region of a tensor the Worker reaches by its address. */
 function pointerRegion(t: TypedArray): PointerRegion {
@@ -65,6 +68,19 @@ export class CpuProcessGroup extends GroupFront {
   #timeoutMs: number;
   #onClose?: (failed: boolean) => Promise<void>;
   #closed = false;
+  #lastTensor: TypedArray | undefined;
+  #lastBytes: Uint8Array | undefined;
+  #small: SmallAllReduce | undefined;
+  /** What {@linkcode route} sees of a plain all-reduce, its tensor set for the call. */
+  readonly #quickCall: { -readonly [K in keyof RoutedCall]: RoutedCall[K] } = {
+    collective: "allReduce",
+    algorithm: "auto",
+    tensor: undefined,
+    input: undefined,
+    output: undefined,
+    compression: undefined,
+    commDtype: undefined,
+  };
 
   /**
    * @param engine The rank's engine handle.
@@ -160,30 +176,19 @@ export class CpuProcessGroup extends GroupFront {
 
   protected execute(call: CallRecord): Work {
     const where = route(call, this.#site);
-    const engine = this.#engine;
-    const { collective, signal } = call;
     const input = inputOf(call), output = outputOf(call);
-    const request = {
-      group: this.#id,
-      collective,
-      dtype: call.dtype,
-      op: call.op,
-      root: call.root,
-      algorithm: where.segment ? "segment" : call.algorithm,
-      servers: call.servers,
-      count: call.count,
-      timeoutMs: call.timeoutMs,
-      commDtype: call.commDtype,
-    } as const;
+    // The common case first, with nothing made for the Worker: a call this thread runs to its end.
+    if (where.kind === "inline") return this.#inline(call, input, output);
+    const engine = this.#engine;
+    const signal = call.signal;
+    const request = this.#request(call, where.segment);
     switch (where.kind) {
-      case "inline":
-        return this.#inline(request, input, output, signal);
       case "pooled": {
         // An all-reduce of a tensor from this rank's pool runs in place there (every rank must pass one).
         const tensor = input as TypedArray;
         const pool = engine.pool?.bytes as Uint8Array;
         const pooled = { pool: tensor.byteOffset - pool.byteOffset, byteLength: tensor.byteLength };
-        if (where.inline) return this.#inline(request, input, output, signal, pooled);
+        if (where.inline) return this.#inline(call, input, output, pooled);
         const submitted = engine.submit({ ...request, input: pooled }, signal);
         return new Work(submitted.then((report) => keepAlive(report, input)));
       }
@@ -222,6 +227,22 @@ export class CpuProcessGroup extends GroupFront {
     }
   }
 
+  /** The request of a call the Worker runs (or goes on with). */
+  #request(call: CallRecord, segment: boolean): Omit<OpRequest, "id" | "input" | "output"> {
+    return {
+      group: this.#id,
+      collective: call.collective,
+      dtype: call.dtype,
+      op: call.op,
+      root: call.root,
+      algorithm: segment ? "segment" : call.algorithm,
+      servers: call.servers,
+      count: call.count,
+      timeoutMs: call.timeoutMs,
+      commDtype: call.commDtype,
+    };
+  }
+
   /** Runs a call on the Worker on copies of its tensors in SharedArrayBuffers (no FFI). */
   #staged(
     call: CallRecord,
@@ -256,25 +277,34 @@ export class CpuProcessGroup extends GroupFront {
    * done within `inlineSpinMs` goes on on the Worker, which reaches the tensors by address.
    */
   #inline(
-    request: Omit<OpRequest, "id" | "input" | "output">,
+    call: CallRecord,
     input: TypedArray | undefined,
     output: TypedArray | undefined,
-    signal: AbortSignal | undefined,
     pooled?: PoolRegion,
+    resumed?: { readonly number: number; readonly state: SegmentState },
   ): Work {
     const engine = this.#engine;
     const exec = engine.segment as SegmentExecutor;
-    const call = segmentCallOf(
-      { ...request, input: pooled },
+    const segmentCall = newSegmentCall(
+      this.#id,
       this.ranks,
+      call.collective,
+      call.dtype,
+      call.op,
+      call.root,
+      call.count,
+      0,
+      pooled?.pool,
       exec.segment.layout,
-      input ? bytesOf(input) : undefined,
+      input ? this.#bytesOf(input) : undefined,
       output ? bytesOf(output) : undefined,
     );
     let run;
     try {
-      run = exec.begin(call);
-      if (run.spin(engine.inlineSpinMs)) return new Work(Promise.resolve(run.report(engine.transport)));
+      run = resumed === undefined
+        ? exec.begin(segmentCall)
+        : exec.resume(segmentCall, resumed.number, resumed.state);
+      if (run.spin(engine.inlineSpinMs)) return doneWork(run.report(engine.transport));
     } catch (e) {
       const error = e instanceof Error ? e : new DistError(String(e));
       engine.fail(error);
@@ -282,14 +312,100 @@ export class CpuProcessGroup extends GroupFront {
     }
     // The peers are late: the communication thread goes on with the call from where it stands.
     const submitted = engine.submit({
-      ...request,
+      ...this.#request(call, true),
       input: pooled ?? (input ? pointerRegion(input) : undefined),
       output: output ? pointerRegion(output) : undefined,
       resume: { number: run.call, state: run.state },
-    }, signal);
+    }, call.signal);
     return new Work(submitted.then((report) => keepAlive(report, input, output)));
   }
+
+  /**
+   * A small sum on the host segment, when this thread may run it (nothing queued on the Worker, the
+   * tensor not from the pool): run to its end here with nothing made but its report and Work, unless a
+   * peer is late or runs another call; then the general path goes on from where it stands.
+   */
+  protected override quickAllReduce(
+    tensor: AnyTensor,
+    dtype: DType,
+    op: ReduceOp,
+    timeoutMs: number,
+  ): Work | undefined {
+    const t = tensor as TypedArray, engine = this.#engine;
+    if (this.size === 1 || !smallAllReduceTakes(dtype, op, t.byteLength) || segmentPlanForced()) {
+      return undefined;
+    }
+    // The one routing decision, on a record kept for these calls (a plain all-reduce of this tensor).
+    const quick = this.#quickCall;
+    quick.tensor = t;
+    const where = route(quick, this.#site);
+    quick.tensor = undefined;
+    if (where.kind !== "inline") return undefined;
+    const exec = engine.segment as SegmentExecutor;
+    if (exec.closed) return undefined;
+    const small = this.#small ??= new SmallAllReduce(exec.segment, this.#id, this.ranks, SEGMENT_CODE);
+    let state;
+    try {
+      const began = epochNowMs();
+      state = small.run(t, dtype, op);
+      if (state === undefined) {
+        const ended = epochNowMs();
+        return doneWork(workReport({
+          collective: "allReduce",
+          algorithm: "segment",
+          transport: engine.transport,
+          bytes: t.byteLength,
+          bytesSent: t.byteLength,
+          timeMs: ended - began,
+          startedAt: began,
+          finishedAt: ended,
+        }));
+      }
+    } catch (e) {
+      const error = e instanceof Error ? e : new DistError(String(e));
+      engine.fail(error);
+      return new Work(Promise.reject(error));
+    }
+    const call: CallRecord = {
+      collective: "allReduce",
+      dtype,
+      op,
+      root: 0,
+      tensor,
+      input: undefined,
+      output: undefined,
+      count: t.length,
+      algorithm: "auto",
+      servers: undefined,
+      commDtype: undefined,
+      compression: undefined,
+      timeoutMs,
+      signal: undefined,
+      options: {},
+    };
+    return this.#inline(call, t, undefined, undefined, { number: small.number, state });
+  }
+
+  /**
+   * A tensor's bytes; the view of the last small tensor is kept, as a loop of calls on one tensor is the
+   * common case (its buffer cannot move: the front refuses detached and resizable buffers).
+   */
+  #bytesOf(t: TypedArray): Uint8Array {
+    if (t === this.#lastTensor) return this.#lastBytes as Uint8Array;
+    const bytes = bytesOf(t);
+    if (t.byteLength <= KEPT_VIEW_BYTES) {
+      this.#lastTensor = t;
+      this.#lastBytes = bytes;
+    }
+    return bytes;
+  }
 }
+
+/** The code of the algorithm `"segment"` in descriptors. */
+const SEGMENT_CODE = ALGORITHM_NAMES.indexOf("segment") + 1;
+
+/** The largest tensor whose bytes' view a group keeps between calls (it keeps the tensor alive too). */
+const KEPT_VIEW_BYTES = 65536;
 
 /** A group and its rank's threads, as {@linkcode route} sees them when a call is made. */
 class GroupSite implements RouteSite {

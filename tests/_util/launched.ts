@@ -16,6 +16,7 @@ const LAUNCH = new URL("../../cli/launch.ts", import.meta.url).pathname;
  * @param ranks Processes.
  * @param env Their environment.
  * @param timeoutMs How long the run may take.
+ * @param args The fixture's arguments.
  * @returns One result per rank, in the order printed.
  */
 export async function launchedResults<T>(
@@ -23,9 +24,30 @@ export async function launchedResults<T>(
   ranks: number,
   env: Record<string, string> = {},
   timeoutMs = 120_000,
+  args: readonly string[] = [],
 ): Promise<T[]> {
+  return (await launchedRun<T>(fixture, ranks, env, timeoutMs, args)).results;
+}
+
+/**
+ * {@linkcode launchedResults}, with the whole output beside the results.
+ *
+ * @param fixture The script's path.
+ * @param ranks Processes.
+ * @param env Their environment.
+ * @param timeoutMs How long the run may take.
+ * @param args The fixture's arguments.
+ * @returns The results, one per rank, and the output.
+ */
+export async function launchedRun<T>(
+  fixture: string,
+  ranks: number,
+  env: Record<string, string> = {},
+  timeoutMs = 120_000,
+  args: readonly string[] = [],
+): Promise<{ results: T[]; text: string }> {
   const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", LAUNCH, "--nproc-per-node", String(ranks), fixture],
+    args: ["run", "-A", LAUNCH, "--nproc-per-node", String(ranks), fixture, ...args],
     env,
     stdout: "piped",
     stderr: "piped",
@@ -35,7 +57,7 @@ export async function launchedResults<T>(
   assert.equal(out.code, 0, text.slice(-3000));
   const results = [...text.matchAll(/RESULT (.*)$/gm)].map((m) => JSON.parse(m[1]) as T);
   assert.equal(results.length, ranks, text.slice(-3000));
-  return results;
+  return { results, text };
 }
 
 /**

@@ -1,0 +1,94 @@
+/**
+ * A rank of the small all-reduce tests (started by the launcher over shared memory): the calling thread's
+ * path for sums of at most 256 bytes (`backend/cpu/_segment_small.ts`). Modes:
+ *
+ * - `bits`: float32/float64 sum and avg, int32 sum, counts 1 to the limit and one past it, each against
+ *   the reference kernels' `reduceMany` of every rank's input, bit for bit; how many calls the path took
+ *   and how many it handed on to the general pipeline;
+ * - `late`: rank 1 sleeps before each call, so rank 0's calls go on through the general pipeline;
+ * - `mixed`: rank 0 asks for `algorithm: "segment"` (the general pipeline) and the others do not;
+ * - `mismatch`: rank 0 all-reduces 2 elements and the others 3.
+ *
+ * Prints `RESULT {json}`.
+ *
+ * @module
+ */
+import { init } from "../../../backend/init.ts";
+import type { DType, ReduceOp, TypedArray } from "../../../core/dtype.ts";
+import { reduceMany } from "../../../wasm/reference.ts";
+import { input } from "../_reference.ts";
+import { SmallAllReduce } from "../../../backend/cpu/_segment_small.ts";
+
+// Counts the calls the small path takes (and those it hands on), wrapping its one method.
+let small = 0, handedOn = 0;
+const run = SmallAllReduce.prototype.run;
+SmallAllReduce.prototype.run = function (...args) {
+  small++;
+  const state = run.apply(this, args);
+  if (state !== undefined) handedOn++;
+  return state;
+};
+
+const mode = Deno.args[0] ?? "bits";
+const pg = await init({ transport: "shm" });
+const failures: string[] = [];
+let calls = 0, smallCalls = 0;
+
+async function check(
+  dtype: DType,
+  op: ReduceOp,
+  count: number,
+  seed: number,
+  algorithm?: string,
+): Promise<void> {
+  const inputs = Array.from({ length: pg.size }, (_, r) => input(dtype, op, count, seed, r));
+  const t = inputs[pg.rank].slice();
+  const expected = inputs[0].slice();
+  reduceMany(expected, inputs, { dtype, op });
+  const work = pg.allReduce(t, { op, algorithm });
+  calls++;
+  if (t.byteLength <= 256 && algorithm === undefined) smallCalls++;
+  const report = await work.wait();
+  if (report?.algorithm !== "segment") failures.push(`${dtype} ${op} ${count}: ran ${report?.algorithm}`);
+  const a = new Uint8Array(t.buffer), b = new Uint8Array(expected.buffer);
+  if (a.some((x, i) => x !== b[i])) {
+    failures.push(
+      `${dtype} ${op} ${count}: got ${[...t.slice(0, 4)]}, expected ${[...expected.slice(0, 4)]}`,
+    );
+  }
+}
+
+if (mode === "bits") {
+  let seed = 1;
+  for (
+    const [dtype, op] of [["float32", "sum"], ["float32", "avg"], ["float64", "sum"], ["float64", "avg"], [
+      "int32",
+      "sum",
+    ]] as const
+  ) {
+    const limit = 256 / (dtype === "float64" ? 8 : 4);
+    for (const count of [1, 2, 7, limit, limit + 1]) {
+      // The same tensor again and again, as a training loop calls it, then a fresh one.
+      for (let i = 0; i < 3; i++) await check(dtype, op, count, seed++);
+    }
+  }
+} else if (mode === "late") {
+  for (let i = 0; i < 4; i++) {
+    if (pg.rank === 1) await new Promise((r) => setTimeout(r, 30));
+    await check("float32", "sum", 2, 50 + i);
+  }
+} else if (mode === "mixed") {
+  for (let i = 0; i < 20; i++) {
+    await check("float32", "avg", 5, 80 + i, pg.rank === 0 ? "segment" : undefined);
+  }
+} else if (mode === "mismatch") {
+  try {
+    await pg.allReduce(new Float32Array(pg.rank === 0 ? 2 : 3));
+    failures.push("mismatched calls did not fail");
+  } catch (e) {
+    console.log(`MISMATCH ${(e as Error).name}: ${(e as Error).message}`);
+  }
+}
+console.log(`RESULT ${JSON.stringify({ rank: pg.rank, failures, calls, smallCalls, small, handedOn })}`);
+if (mode !== "mismatch") await pg.close();
+else Deno.exit(0);
