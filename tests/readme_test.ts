@@ -1,5 +1,6 @@
 /**
- * The README's table of algorithm names per collective is the registry's list, name for name and in order.
+ * The README's table of algorithm names per collective is the registry's list, name for name and in order;
+ * docs/launching.md's table of variables is the code's.
  *
  * @module
  */
@@ -59,9 +60,9 @@ function variablesInCode(): Set<string> {
   return found;
 }
 
-Deno.test("README's table of DCOMM_* variables lists every one the code reads, and no other", () => {
-  const readme = Deno.readTextFileSync(new URL("../README.md", import.meta.url));
-  const rows = [...readme.matchAll(/^\| `(DCOMM_[A-Z0-9_]+)`/gm)].map((m) => m[1]);
+Deno.test("docs/launching.md's table of DCOMM_* variables lists every one the code reads, and no other", () => {
+  const doc = Deno.readTextFileSync(new URL("../docs/launching.md", import.meta.url));
+  const rows = [...doc.matchAll(/^\| `(DCOMM_[A-Z0-9_]+)`/gm)].map((m) => m[1]);
   assert.equal(new Set(rows).size, rows.length, "a variable has two rows");
   assert.deepEqual([...rows].sort(), [...variablesInCode()].sort());
 });
