@@ -14,7 +14,7 @@
  * @module
  */
 import { init } from "../../../backend/init.ts";
-import type { DType, ReduceOp, TypedArray } from "../../../core/dtype.ts";
+import type { DType, ReduceOp } from "../../../core/dtype.ts";
 import { reduceMany } from "../../../wasm/reference.ts";
 import { input } from "../_reference.ts";
 import { SmallAllReduce } from "../../../backend/cpu/_segment_small.ts";
@@ -22,7 +22,7 @@ import { SmallAllReduce } from "../../../backend/cpu/_segment_small.ts";
 // Counts the calls the small path takes (and those it hands on), wrapping its one method.
 let small = 0, handedOn = 0;
 const run = SmallAllReduce.prototype.run;
-SmallAllReduce.prototype.run = function (...args) {
+SmallAllReduce.prototype.run = function (...args): ReturnType<typeof run> {
   small++;
   const state = run.apply(this, args);
   if (state !== undefined) handedOn++;
