@@ -173,176 +173,91 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
   }
 
   allReduce(tensor: AnyTensor, options: ReduceOptions = NO_OPTIONS): W {
-    const timeoutMs = this.#open("allReduce", options);
-    if (timeoutMs < 0) return this.#refuseClosed("allReduce");
-    const dtype = this.#dtype("all-reduce", tensor, "tensor", options);
-    const servers = options.servers;
-    if (servers !== undefined && (!Number.isInteger(servers) || servers < 1 || servers > this.size)) {
-      throw new RangeError(
-        `Cannot all-reduce: servers must be an integer in 1..${this.size}, found ${servers}`,
-      );
-    }
-    const commDtype = commDtypeOf(dtype, options.commDtype);
-    const op = opOf("all-reduce", options);
-    const compression = options.compression === undefined
-      ? undefined
-      : checkCompression(options.compression, dtype, op, tensor as ArrayBufferView, options);
-    if (
-      compression === undefined && commDtype === undefined && servers === undefined &&
-      options.signal === undefined && (options.algorithm === undefined || options.algorithm === "auto")
-    ) {
-      // A plain all-reduce, checked: the backend may run it to its end on this thread at once.
-      const work = this.quickAllReduce(tensor, dtype, op, timeoutMs);
-      if (work !== undefined) return work;
-    }
-    const count = tensor.length;
-    return this.#run(
-      "allReduce",
-      options,
-      timeoutMs,
-      dtype,
-      op,
-      0,
-      tensor,
-      undefined,
-      undefined,
-      count,
-      servers,
-      commDtype,
-      compression,
-    );
+    return this.#call("allReduce", options, () => {
+      const dtype = this.#dtype("all-reduce", tensor, "tensor", options);
+      const servers = options.servers;
+      if (servers !== undefined && (!Number.isInteger(servers) || servers < 1 || servers > this.size)) {
+        throw new RangeError(
+          `Cannot all-reduce: servers must be an integer in 1..${this.size}, found ${servers}`,
+        );
+      }
+      const commDtype = commDtypeOf(dtype, options.commDtype);
+      const op = opOf("all-reduce", options);
+      const compression = options.compression === undefined
+        ? undefined
+        : checkCompression(options.compression, dtype, op, tensor as ArrayBufferView, options);
+      return { dtype, op, tensor, count: tensor.length, servers, commDtype, compression };
+    });
   }
 
   broadcast(tensor: AnyTensor, options: RootOptions = NO_OPTIONS): W {
-    const timeoutMs = this.#open("broadcast", options);
-    if (timeoutMs < 0) return this.#refuseClosed("broadcast");
-    const dtype = this.#dtype("broadcast", tensor, "tensor", options);
-    const root = checkRank("broadcast", "root", options.root ?? 0, this.size);
-    return this.#run(
-      "broadcast",
-      options,
-      timeoutMs,
-      dtype,
-      "sum",
-      root,
+    return this.#call("broadcast", options, () => ({
+      dtype: this.#dtype("broadcast", tensor, "tensor", options),
+      root: checkRank("broadcast", "root", options.root ?? 0, this.size),
       tensor,
-      undefined,
-      undefined,
-      tensor.length,
-    );
+      count: tensor.length,
+    }));
   }
 
   reduce(tensor: AnyTensor, options: RootReduceOptions = NO_OPTIONS): W {
-    const timeoutMs = this.#open("reduce", options);
-    if (timeoutMs < 0) return this.#refuseClosed("reduce");
-    onlyAllReduce("reduce", options);
-    const dtype = this.#dtype("reduce", tensor, "tensor", options);
-    const op = opOf("reduce", options);
-    const root = checkRank("reduce", "root", options.root ?? 0, this.size);
-    return this.#run(
-      "reduce",
-      options,
-      timeoutMs,
-      dtype,
-      op,
-      root,
-      tensor,
-      undefined,
-      undefined,
-      tensor.length,
-    );
+    return this.#call("reduce", options, () => {
+      onlyAllReduce("reduce", options);
+      return {
+        dtype: this.#dtype("reduce", tensor, "tensor", options),
+        op: opOf("reduce", options),
+        root: checkRank("reduce", "root", options.root ?? 0, this.size),
+        tensor,
+        count: tensor.length,
+      };
+    });
   }
 
   allGather(output: AnyTensor, input: AnyTensor, options: AlgorithmOptions = NO_OPTIONS): W {
-    const timeoutMs = this.#open("allGather", options);
-    if (timeoutMs < 0) return this.#refuseClosed("allGather");
-    const dtype = this.#pair("all-gather", output, input, options);
-    checkBlocks("allGather", output, input, this.size);
-    return this.#run(
-      "allGather",
-      options,
-      timeoutMs,
-      dtype,
-      "sum",
-      0,
-      undefined,
-      input,
-      output,
-      input.length,
-    );
+    return this.#call("allGather", options, () => {
+      const dtype = this.#pair("all-gather", output, input, options);
+      checkBlocks("allGather", output, input, this.size);
+      return { dtype, input, output, count: input.length };
+    });
   }
 
   reduceScatter(output: AnyTensor, input: AnyTensor, options: ReduceOptions = NO_OPTIONS): W {
-    const timeoutMs = this.#open("reduceScatter", options);
-    if (timeoutMs < 0) return this.#refuseClosed("reduceScatter");
-    const dtype = this.#pair("reduce-scatter", output, input, options);
-    const op = opOf("reduce-scatter", options);
-    onlyAllReduce("reduce-scatter", options);
-    checkBlocks("reduceScatter", output, input, this.size);
-    return this.#run(
-      "reduceScatter",
-      options,
-      timeoutMs,
-      dtype,
-      op,
-      0,
-      undefined,
-      input,
-      output,
-      input.length,
-    );
+    return this.#call("reduceScatter", options, () => {
+      const dtype = this.#pair("reduce-scatter", output, input, options);
+      const op = opOf("reduce-scatter", options);
+      onlyAllReduce("reduce-scatter", options);
+      checkBlocks("reduceScatter", output, input, this.size);
+      return { dtype, op, input, output, count: input.length };
+    });
   }
 
   allToAll(output: AnyTensor, input: AnyTensor, options: AlgorithmOptions = NO_OPTIONS): W {
-    const timeoutMs = this.#open("allToAll", options);
-    if (timeoutMs < 0) return this.#refuseClosed("allToAll");
-    const dtype = this.#pair("all-to-all", output, input, options);
-    checkBlocks("allToAll", output, input, this.size);
-    return this.#run("allToAll", options, timeoutMs, dtype, "sum", 0, undefined, input, output, input.length);
+    return this.#call("allToAll", options, () => {
+      const dtype = this.#pair("all-to-all", output, input, options);
+      checkBlocks("allToAll", output, input, this.size);
+      return { dtype, input, output, count: input.length };
+    });
   }
 
   barrier(options: CallOptions = NO_OPTIONS): W {
-    const timeoutMs = this.#open("barrier", options);
-    if (timeoutMs < 0) return this.#refuseClosed("barrier");
-    return this.#run("barrier", options, timeoutMs, "uint8", "sum", 0, undefined, undefined, undefined, 0);
+    return this.#call("barrier", options, () => ({ dtype: "uint8" as const, count: 0 }));
   }
 
   send(tensor: AnyTensor, peer: number, options: CallOptions = NO_OPTIONS): W {
-    const timeoutMs = this.#open("send", options);
-    if (timeoutMs < 0) return this.#refuseClosed("send");
-    const dtype = this.#dtype("send", tensor, "tensor", options);
-    const root = checkPeer("send", peer, this);
-    return this.#run(
-      "send",
-      options,
-      timeoutMs,
-      dtype,
-      "sum",
-      root,
+    return this.#call("send", options, () => ({
+      dtype: this.#dtype("send", tensor, "tensor", options),
+      root: checkPeer("send", peer, this),
       tensor,
-      undefined,
-      undefined,
-      tensor.length,
-    );
+      count: tensor.length,
+    }));
   }
 
   recv(tensor: AnyTensor, peer: number, options: CallOptions = NO_OPTIONS): W {
-    const timeoutMs = this.#open("recv", options);
-    if (timeoutMs < 0) return this.#refuseClosed("recv");
-    const dtype = this.#dtype("recv", tensor, "tensor", options);
-    const root = checkPeer("recv", peer, this);
-    return this.#run(
-      "recv",
-      options,
-      timeoutMs,
-      dtype,
-      "sum",
-      root,
+    return this.#call("recv", options, () => ({
+      dtype: this.#dtype("recv", tensor, "tensor", options),
+      root: checkPeer("recv", peer, this),
       tensor,
-      undefined,
-      undefined,
-      tensor.length,
-    );
+      count: tensor.length,
+    }));
   }
 
   /**
@@ -374,16 +289,14 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
     return this.close();
   }
 
-  /**
-   * The checks every call begins with (the group, this rank, the options, the timeout, the signal's type).
-   * Each collective then checks its own arguments and hands them to {@linkcode GroupFront.#run}: no
-   * closure or object is made for a call before its record.
-   *
-   * @returns The call's timeout, or -1 if the group is closed (the call is refused with a failed Work).
-   */
-  #open(collective: Collective, options: CallOptions): number {
-    if (this.isClosed) return -1;
+  /** Checks the parts every call shares, then the collective's own (`build`), then runs the record. */
+  #call(
+    collective: Collective,
+    options: CallOptions & { algorithm?: string },
+    build: () => Omit<Partial<CallRecord>, "collective" | "dtype"> & { dtype: DType; count: number },
+  ): W {
     const what = VERB[collective];
+    if (this.isClosed) return this.rejected(new DistError(`Cannot ${what}: the process group is closed`));
     if (this.rank < 0) {
       throw new RangeError(`Cannot ${what}: this rank is not a member of ${this.describe()}`);
     }
@@ -401,59 +314,35 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
         `Cannot ${what}: expected signal to be an AbortSignal, found ${describeValue(signal)}`,
       );
     }
-    return timeoutMs;
-  }
-
-  /** The Work of a call on a closed group. */
-  #refuseClosed(collective: Collective): W {
-    return this.rejected(new DistError(`Cannot ${VERB[collective]}: the process group is closed`));
-  }
-
-  /** The checks every call ends with (the algorithm, an aborted signal, the codecs), then the record, run. */
-  #run(
-    collective: Collective,
-    options: CallOptions & { algorithm?: string },
-    timeoutMs: number,
-    dtype: DType,
-    op: ReduceOp,
-    root: number,
-    tensor: AnyTensor | undefined,
-    input: AnyTensor | undefined,
-    output: AnyTensor | undefined,
-    count: number,
-    servers?: number,
-    commDtype?: DType,
-    compression?: CheckedCompression,
-  ): W {
+    const parts = build();
     const algorithm = options.algorithm ?? "auto";
     if (typeof algorithm !== "string") {
       throw new TypeError(
-        `Cannot ${VERB[collective]}: expected algorithm to be a string, found ${describeValue(algorithm)}`,
+        `Cannot ${what}: expected algorithm to be a string, found ${describeValue(algorithm)}`,
       );
     }
     if (algorithm !== "auto") this.checkAlgorithm(collective, algorithm);
-    const signal = options.signal;
+    if (
+      collective === "allReduce" && algorithm === "auto" && signal === undefined &&
+      parts.compression === undefined && parts.commDtype === undefined && parts.servers === undefined
+    ) {
+      // A plain all-reduce, checked: the backend may run it to its end on this thread at once.
+      const work = this.quickAllReduce(parts.tensor as AnyTensor, parts.dtype, parts.op ?? "sum", timeoutMs);
+      if (work !== undefined) return work;
+    }
     if (signal?.aborted) {
       return this.rejected(new DistError(`Aborted before it started: ${signal.reason}`, { code: "ABORTED" }));
     }
     if (!this.codecThread) {
-      if (commDtype !== undefined) throw narrowUnsupported(this.backend);
-      if (compression !== undefined) throw compressionUnsupported(this.backend);
+      if (parts.commDtype !== undefined) throw narrowUnsupported(this.backend);
+      if (parts.compression !== undefined) throw compressionUnsupported(this.backend);
     }
-    // One shape for every record, so that the backends' code that reads them stays monomorphic.
     return this.execute({
       collective,
-      dtype,
-      op,
-      root,
-      tensor,
-      input,
-      output,
-      count,
+      op: "sum",
+      root: 0,
+      ...parts,
       algorithm,
-      servers,
-      commDtype,
-      compression,
       timeoutMs,
       signal,
       options,

@@ -208,7 +208,8 @@ async function run(cmd: string, args: string[], env: Record<string, string> = {}
   return text;
 }
 
-function freePort(): number {
+/** A TCP port free on 127.0.0.1 now (for a store the ranks meet at). */
+export function freePort(): number {
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const port = (listener.addr as Deno.NetAddr).port;
   listener.close();

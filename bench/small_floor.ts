@@ -34,7 +34,7 @@
  */
 import { parseArgs } from "node:util";
 import { close, epochNowMs, ftruncate, mmapShared, munmap, shmOpen, shmUnlink } from "../ffi/libc/libc.ts";
-import { median } from "./mpi.ts";
+import { freePort, median } from "./mpi.ts";
 
 /** One implementation's row of `bench/results/small-floor.json`. */
 export interface FloorRow {
@@ -336,13 +336,6 @@ function hasCommand(cmd: string): boolean {
   } catch {
     return false;
   }
-}
-
-function freePort(): number {
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = (listener.addr as Deno.NetAddr).port;
-  listener.close();
-  return port;
 }
 
 async function output(child: Deno.ChildProcess, what: string): Promise<string> {
