@@ -13,10 +13,11 @@
  *
  * @module
  */
+import type { DType, ReduceOp, TypedArray } from "../../core/dtype.ts";
 import { DistError } from "../../core/errors.ts";
 import { duplicateMapping, mapAnonymousAt, type SharedMapping } from "../../ffi/libc/libc.ts";
 import { type HostSegment, poolOffset } from "../../transport/segment.ts";
-import type { Kernels } from "../../wasm/kernels.ts";
+import type { Kernels, TypedArrayConstructor } from "../../wasm/kernels.ts";
 import { SegmentPipeline, type SegmentState } from "../../collectives/segment_context.ts";
 import { type CallDescriptor, encodeCallInto, encodeDescriptorInto } from "./_descriptor.ts";
 import { ALGORITHM_NAMES } from "./_dispatch.ts";
@@ -41,6 +42,8 @@ export class SegmentExecutor {
   readonly #memoryAddress: bigint;
   #memoryBuffer: ArrayBufferLike;
   readonly #groups = new Map<number, GroupMemory>();
+  /** {@linkcode SegmentExecutor.reducePosts}'s source addresses, kept between calls. */
+  readonly #sources: number[] = [];
   #closed = false;
 
   /**
@@ -142,6 +145,34 @@ export class SegmentExecutor {
     Atomics.store(seg.words(me), index, number);
     // Peers asleep waiting for this rank to begin wake now.
     seg.ringAll();
+  }
+
+  /**
+   * Reduces a call's posts with this thread's kernels, in member order, where they lie in the areas:
+   * `into = op(post of members[0], ..., post of members[n-1])`, each post `into.length` elements at
+   * `byteOffset` in its member's area (through the scratch: `into` is not in wasm memory).
+   *
+   * @param members The members' global ranks, in member order.
+   * @param byteOffset Where each post lies in its member's area.
+   * @param dtype The posts' dtype (`into`'s).
+   * @param op The op.
+   * @param into Where the result goes (at most the scratch's bytes).
+   * @throws {DistError} If this thread's wasm memory moved.
+   */
+  reducePosts(
+    members: readonly number[],
+    byteOffset: number,
+    dtype: DType,
+    op: ReduceOp,
+    into: TypedArray,
+  ): void {
+    this.#checkMemory();
+    const sources = this.#sources;
+    sources.length = members.length;
+    for (let q = 0; q < members.length; q++) sources[q] = this.#wasm[members[q]] + byteOffset;
+    this.#kernels.reduceManyPtr(dtype, op, this.#scratch, sources, into.length);
+    const kind = into.constructor as TypedArrayConstructor<TypedArray>;
+    (into as Uint8Array).set(this.#kernels.heap.view(kind, this.#scratch, into.length) as Uint8Array);
   }
 
   /** Whether {@linkcode SegmentExecutor.close} was called. */

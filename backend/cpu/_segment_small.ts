@@ -16,11 +16,26 @@ import type { SegmentState } from "../../collectives/segment_context.ts";
 import { type HostSegment, reached, SEGMENT_HEADER_BYTES } from "../../transport/segment.ts";
 import { encodeCallInto } from "./_descriptor.ts";
 
-/** The largest tensor this path takes, in bytes (above it the kernels beat a JavaScript loop). */
-export const SMALL_ALLREDUCE_BYTES = 256;
+/**
+ * The largest tensor this path takes, in bytes (above it, the general pipeline's chunks and threads pay
+ * for themselves); the segment's buffers and the executor's scratch bound it too.
+ */
+export const SMALL_ALLREDUCE_BYTES = 16384;
+
+/** Above this many bytes the kernels reduce the posts (SIMD); at most, a JavaScript loop does (no call). */
+const JS_REDUCE_BYTES = 64;
+
+/** How the kernels reduce the posts where they lie: {@linkcode SegmentExecutor.reducePosts}'s shape. */
+export type ReducePosts = (
+  members: readonly number[],
+  byteOffset: number,
+  dtype: DType,
+  op: ReduceOp,
+  into: TypedArray,
+) => void;
 
 /** How many times it looks for the members' posts before the general pipeline takes over. */
-const LOOKS = 256;
+const LOOKS = 4096;
 
 /**
  * Whether {@linkcode SmallAllReduce} runs an all-reduce of this dtype, op and size: the sums (and avg) it
@@ -66,14 +81,26 @@ export class SmallAllReduce {
   #templateOp: ReduceOp | undefined;
   #templateCount = -1;
   readonly #algorithm: number;
+  readonly #reducePosts: ReducePosts;
+  /** The largest tensor it takes, in bytes. */
+  readonly #most: number;
 
   /**
    * @param seg The host segment, as the calling thread maps it.
    * @param group The group id (one with a block in the segment).
    * @param members The group's global ranks.
    * @param algorithm The code the descriptors give the algorithm `"segment"`.
+   * @param reducePosts How the kernels reduce posts above {@linkcode JS_REDUCE_BYTES}.
+   * @param scratchBytes The most bytes `reducePosts` reduces at once.
    */
-  constructor(seg: HostSegment, group: number, members: readonly number[], algorithm: number) {
+  constructor(
+    seg: HostSegment,
+    group: number,
+    members: readonly number[],
+    algorithm: number,
+    reducePosts: ReducePosts,
+    scratchBytes: number,
+  ) {
     this.#seg = seg;
     this.#group = group;
     this.#members = members;
@@ -86,6 +113,21 @@ export class SmallAllReduce {
     this.#mask = seg.layout.buffers - 1;
     this.#bufferBytes = seg.layout.bufferBytes;
     this.#algorithm = algorithm;
+    this.#reducePosts = reducePosts;
+    this.#most = Math.min(SMALL_ALLREDUCE_BYTES, seg.layout.bufferBytes, scratchBytes);
+  }
+
+  /**
+   * Whether this path runs an all-reduce of this dtype, op and size here: {@linkcode smallAllReduceTakes}
+   * within this segment's buffers.
+   *
+   * @param dtype The dtype.
+   * @param op The op.
+   * @param bytes The tensor's bytes.
+   * @returns Whether it does.
+   */
+  takes(dtype: DType, op: ReduceOp, bytes: number): boolean {
+    return bytes <= this.#most && smallAllReduceTakes(dtype, op, bytes);
   }
 
   /**
@@ -117,10 +159,10 @@ export class SmallAllReduce {
       }
     }
     const b = seq & this.#mask;
-    const es = t.BYTES_PER_ELEMENT, at = (SEGMENT_HEADER_BYTES + b * this.#bufferBytes) / es, n = t.length;
+    const es = t.BYTES_PER_ELEMENT, at = (SEGMENT_HEADER_BYTES + b * this.#bufferBytes) / es;
     const areas = this.#areas(dtype);
     const own = areas[me];
-    for (let i = 0; i < n; i++) own[at + i] = t[i];
+    (own as Uint8Array).set(t as Uint8Array, at);
     Atomics.store(mine, this.#posted, seq);
     // One ring for the call's begin and its post: a peer asleep on either wakes to both.
     seg.ringAll();
@@ -143,7 +185,8 @@ export class SmallAllReduce {
       }
       q++;
     }
-    reduceInto(t, areas, at, dtype, op);
+    if (t.byteLength <= JS_REDUCE_BYTES) reduceInto(t, areas, at, dtype, op);
+    else this.#reducePosts(this.#members, at * es, dtype, op, t);
     Atomics.store(mine, this.#consumed, seq);
     seg.ring(this.#members);
     return undefined;

@@ -18,6 +18,7 @@ import type { Collective, OpRequest, PointerRegion, PoolRegion, Region } from ".
 import type { SegmentExecutor } from "./_segment_exec.ts";
 import { newSegmentCall, segmentPlanForced } from "./_segment_call.ts";
 import { SmallAllReduce, smallAllReduceTakes } from "./_segment_small.ts";
+import { SCRATCH_BYTES } from "./_segment_call_context.ts";
 import type { SegmentState } from "../../collectives/segment_context.ts";
 import { allocOrdinary, checkAlloc, releaseOrdinary, tensorOver } from "../_alloc.ts";
 import { ALGORITHM_NAMES, checkAlgorithm } from "./_dispatch.ts";
@@ -343,7 +344,15 @@ export class CpuProcessGroup extends GroupFront {
     if (where.kind !== "inline") return undefined;
     const exec = engine.segment as SegmentExecutor;
     if (exec.closed) return undefined;
-    const small = this.#small ??= new SmallAllReduce(exec.segment, this.#id, this.ranks, SEGMENT_CODE);
+    const small = this.#small ??= new SmallAllReduce(
+      exec.segment,
+      this.#id,
+      this.ranks,
+      SEGMENT_CODE,
+      (members, at, dt, o, into) => exec.reducePosts(members, at, dt, o, into),
+      SCRATCH_BYTES,
+    );
+    if (!small.takes(dtype, op, t.byteLength)) return undefined;
     let state;
     try {
       const began = epochNowMs();

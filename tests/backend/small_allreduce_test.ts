@@ -25,10 +25,10 @@ for (const size of [2, 3]) {
     ]);
     for (const r of results) {
       assert.deepEqual(r.failures, []);
-      assert.equal(r.calls, 75);
-      // Every call of at most 256 bytes went to the small path, and some ran to their end in it.
+      assert.equal(r.calls, 120);
+      // Every call of at most 16 KiB went to the small path, and some ran to their end in it.
       assert.equal(r.small, r.smallCalls);
-      assert.equal(r.smallCalls, 60);
+      assert.equal(r.smallCalls, 105);
     }
     assert.ok(results.some((r) => r.handedOn < r.small), JSON.stringify(results));
   });

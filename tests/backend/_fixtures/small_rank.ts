@@ -1,8 +1,10 @@
 /**
  * A rank of the small all-reduce tests (started by the launcher over shared memory): the calling thread's
- * path for sums of at most 256 bytes (`backend/cpu/_segment_small.ts`). Modes:
+ * path for sums of at most 16 KiB (`backend/cpu/_segment_small.ts`: a JavaScript sum to 64 bytes, the
+ * kernels' above). Modes:
  *
- * - `bits`: float32/float64 sum and avg, int32 sum, counts 1 to the limit and one past it, each against
+ * - `bits`: float32/float64 sum and avg, int32 sum, counts 1 to the limit and one past it (both sides of
+ *   the JavaScript sum's limit too), each against
  *   the reference kernels' `reduceMany` of every rank's input, bit for bit; how many calls the path took
  *   and how many it handed on to the general pipeline;
  * - `late`: rank 1 sleeps before each call, so rank 0's calls go on through the general pipeline;
@@ -17,7 +19,7 @@ import { init } from "../../../backend/init.ts";
 import type { DType, ReduceOp } from "../../../core/dtype.ts";
 import { reduceMany } from "../../../wasm/reference.ts";
 import { input } from "../_reference.ts";
-import { SmallAllReduce } from "../../../backend/cpu/_segment_small.ts";
+import { SMALL_ALLREDUCE_BYTES, SmallAllReduce } from "../../../backend/cpu/_segment_small.ts";
 
 // Counts the calls the small path takes (and those it hands on), wrapping its one method.
 let small = 0, handedOn = 0;
@@ -47,7 +49,7 @@ async function check(
   reduceMany(expected, inputs, { dtype, op });
   const work = pg.allReduce(t, { op, algorithm });
   calls++;
-  if (t.byteLength <= 256 && algorithm === undefined) smallCalls++;
+  if (t.byteLength <= SMALL_ALLREDUCE_BYTES && algorithm === undefined) smallCalls++;
   const report = await work.wait();
   if (report?.algorithm !== "segment") failures.push(`${dtype} ${op} ${count}: ran ${report?.algorithm}`);
   const a = new Uint8Array(t.buffer), b = new Uint8Array(expected.buffer);
@@ -66,8 +68,8 @@ if (mode === "bits") {
       "sum",
     ]] as const
   ) {
-    const limit = 256 / (dtype === "float64" ? 8 : 4);
-    for (const count of [1, 2, 7, limit, limit + 1]) {
+    const es = dtype === "float64" ? 8 : 4, limit = SMALL_ALLREDUCE_BYTES / es;
+    for (const count of [1, 2, 7, 64 / es, 64 / es + 1, 1000, limit, limit + 1]) {
       // The same tensor again and again, as a training loop calls it, then a fresh one.
       for (let i = 0; i < 3; i++) await check(dtype, op, count, seed++);
     }
