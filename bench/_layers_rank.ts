@@ -10,11 +10,14 @@
  * - `plan+hybrid`: the same over `HybridTransport` (shared memory within a host, TCP between);
  * - `+wasm sum`: the same with the engine's sum (`Reducer`: the WebAssembly kernel, through copies into its
  *   memory and out);
+ * - `tcp+hand-off`: `plan+tcp` after a call to a Worker that answers at once (`_echo_worker.ts`): the
+ *   two wake-ups a call on a communication thread costs at least, under the same load;
  * - `engine`: a process group's `allReduce(..., { algorithm: "ring" })` (its communication Worker, the
  *   hybrid transport, the WebAssembly sum).
  *
  * Rank 0 prints each one's slowest-rank median call, the share of the machine's CPUs busy during its calls
- * and the machine's CPU time per call.
+ * and the machine's CPU time per call; then, of the process group's calls, the slowest rank's median time
+ * in its Worker (the report's `timeMs`) and outside it (the hand-offs there and back).
  *
  * @module
  */
@@ -112,13 +115,39 @@ const overHybridWasm: CollectiveContext = {
   reduce: (dst, src) => reducer.reduce("float32", "sum", dst, src),
 };
 const f32 = new Float32Array(bytes / 4);
+// A Worker that answers at once, and the engine's calls split into their time in the Worker and out of it.
+const echo = new Worker(new URL("./_echo_worker.ts", import.meta.url), { type: "module" });
+const echoWords = new Int32Array(new SharedArrayBuffer(8));
+echo.postMessage(echoWords.buffer);
+let calls = 0;
+const handOff = async (): Promise<void> => {
+  Atomics.store(echoWords, 0, ++calls);
+  Atomics.notify(echoWords, 0);
+  for (let answered = Atomics.load(echoWords, 1); answered !== calls; answered = Atomics.load(echoWords, 1)) {
+    const wait = Atomics.waitAsync(echoWords, 1, answered);
+    if (wait.async) await wait.value;
+  }
+};
+const inWorker: number[] = [], outside: number[] = [];
+const echoTimes: number[] = [];
 const arms: [string, (buf: Uint8Array) => Promise<void>][] = [
   ["bare", bareRing],
   ["plan+bare", (buf) => ringAllReduce(overBare, buf)],
   ["plan+tcp", (buf) => ringAllReduce(overTcp, buf)],
   ["plan+hybrid", (buf) => ringAllReduce(overHybrid, buf)],
   ["+wasm sum", (buf) => ringAllReduce(overHybridWasm, buf)],
-  ["engine", async () => void await pg.allReduce(f32, { algorithm: "ring" }).wait()],
+  ["tcp+hand-off", async (buf) => {
+    const h0 = performance.now();
+    await handOff();
+    echoTimes.push(performance.now() - h0);
+    await ringAllReduce(overTcp, buf);
+  }],
+  ["engine", async () => {
+    const t0 = performance.now();
+    const report = await pg.allReduce(f32, { algorithm: "ring" }).wait();
+    inWorker.push(report?.timeMs ?? NaN);
+    outside.push(performance.now() - t0 - (report?.timeMs ?? NaN));
+  }],
 ];
 
 const buf = new Uint8Array(bytes);
@@ -131,20 +160,32 @@ for (let b = -2; b < 15; b++) {
     await timedBlock(() => run(buf), 8, b >= 0 ? times[j] : [], b >= 0 ? cpu[j] : undefined);
   }
 }
-const medians = new Float32Array(arms.length * n);
-arms.forEach((_, j) => medians[j * n + rank] = times[j].sort((a, b) => a - b)[times[j].length >> 1]);
+const median = (a: number[]): number => a.sort((x, y) => x - y)[a.length >> 1];
+const medians = new Float32Array((arms.length + 3) * n);
+arms.forEach((_, j) => medians[j * n + rank] = median(times[j]));
+// (The engine's first two blocks warm up, as the timed blocks' do: their calls are left out.)
+medians[arms.length * n + rank] = median(inWorker.slice(16)) / 1e3;
+medians[(arms.length + 1) * n + rank] = median(outside.slice(16)) / 1e3;
+medians[(arms.length + 2) * n + rank] = median(echoTimes.slice(16)) / 1e3;
 await bareRing(new Uint8Array(medians.buffer));
 if (rank === 0) {
   console.log(`ring all-reduce of ${bytes} bytes on ${n} ranks, the slowest rank's median call:`);
+  const slowest = (j: number): number => Math.max(...medians.subarray(j * n, (j + 1) * n)) * 1e3;
   arms.forEach(([name], j) => {
     const { busy, cpuSeconds } = cpuPerCall(cpu[j], times[j].length);
-    const ms = Math.max(...medians.subarray(j * n, (j + 1) * n)) * 1e3;
     console.log(
-      `  ${name.padEnd(10)} ${ms.toFixed(2)} ms   CPUs ${Math.round(busy * 100)}% busy   ` +
+      `  ${name.padEnd(12)} ${slowest(j).toFixed(2)} ms   CPUs ${Math.round(busy * 100)}% busy   ` +
         `${(cpuSeconds * 1e3).toFixed(1)} ms of CPU`,
     );
   });
+  console.log(
+    `  engine: ${slowest(arms.length).toFixed(2)} ms in its Worker, ` +
+      `${slowest(arms.length + 1).toFixed(2)} ms outside it (the hand-offs); ` +
+      `a bare round trip to a Worker: ${slowest(arms.length + 2).toFixed(2)} ms`,
+  );
 }
+Atomics.store(echoWords, 0, -1);
+Atomics.notify(echoWords, 0);
 await transport.close();
 await hybrid.close();
 for (const conn of conns) conn?.close();
