@@ -35,18 +35,30 @@ export function checkPeer(what: string, peer: number, group: { rank: number; siz
 }
 
 /**
- * Checks the lengths of an out-of-place block collective on `size` ranks: all-gather's output holds
- * `size` inputs, reduce-scatter's input holds `size` outputs, all-to-all's input and output have the same
- * length, a multiple of `size`.
+ * Checks the lengths of an out-of-place block collective on `size` ranks: all-gather's (and the root's
+ * gather) output holds `size` inputs, reduce-scatter's (and the root's scatter) input holds `size`
+ * outputs, all-to-all's input and output have the same length, a multiple of `size`.
  *
  * @throws {RangeError} If the lengths do not fit.
  */
 export function checkBlocks(
-  collective: "allGather" | "reduceScatter" | "allToAll",
+  collective: "allGather" | "reduceScatter" | "allToAll" | "gather" | "scatter",
   output: Sized,
   input: Sized,
   size: number,
 ): void {
+  if (collective === "gather" && output.length !== input.length * size) {
+    throw new RangeError(
+      `Cannot gather: the root's output must hold ${size} × ${input.length} = ${input.length * size} ` +
+        `elements, found ${output.length}`,
+    );
+  }
+  if (collective === "scatter" && input.length !== output.length * size) {
+    throw new RangeError(
+      `Cannot scatter: the root's input must hold ${size} × ${output.length} = ${output.length * size} ` +
+        `elements, found ${input.length}`,
+    );
+  }
   if (collective === "allGather" && output.length !== input.length * size) {
     throw new RangeError(
       `Cannot all-gather: output must hold ${size} × ${input.length} = ${input.length * size} elements, ` +

@@ -44,6 +44,8 @@ export const COLLECTIVES = [
   "barrier",
   "send",
   "recv",
+  "gather",
+  "scatter",
 ] as const;
 
 /** A collective's name. */
@@ -60,7 +62,20 @@ export const VERB: Readonly<Record<Collective, string>> = {
   barrier: "barrier",
   send: "send",
   recv: "recv",
+  gather: "gather",
+  scatter: "scatter",
 };
+
+/**
+ * Whether a collective has a root (broadcast, reduce, gather, scatter), which its descriptor carries.
+ *
+ * @param collective The collective.
+ * @returns Whether it has.
+ */
+export function rootedCollective(collective: Collective): boolean {
+  return collective === "broadcast" || collective === "reduce" || collective === "gather" ||
+    collective === "scatter";
+}
 
 /** One call, checked and normalised: all a backend needs to run it. */
 export interface CallRecord {
@@ -70,15 +85,21 @@ export interface CallRecord {
   readonly dtype: DType;
   /** The reduction (`sum` for collectives without one). */
   readonly op: ReduceOp;
-  /** The root (broadcast, reduce) or the peer (send, recv), as a rank of the group; 0 otherwise. */
+  /** The root (broadcast, reduce, gather, scatter) or the peer (send, recv), as a rank of the group; 0 otherwise. */
   readonly root: number;
   /** The in-place tensor (all-reduce, broadcast, reduce, send, recv). */
   readonly tensor?: AnyTensor;
-  /** The input of an out-of-place collective (all-gather, reduce-scatter, all-to-all). */
+  /**
+   * The input of an out-of-place collective (all-gather, reduce-scatter, all-to-all, gather; scatter's on
+   * the root only).
+   */
   readonly input?: AnyTensor;
-  /** The output of an out-of-place collective. */
+  /** The output of an out-of-place collective (gather's on the root only). */
   readonly output?: AnyTensor;
-  /** Elements, as the call's descriptor counts them: the tensor's, or the input's. */
+  /**
+   * Elements, as the call's descriptor counts them: the tensor's, or the input's (the output's for a
+   * scatter): one rank's block, the same on every rank.
+   */
   readonly count: number;
   /** The algorithm asked for, or `"auto"`. */
   readonly algorithm: string;
@@ -235,6 +256,32 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
       const dtype = this.#pair("all-to-all", output, input, options);
       checkBlocks("allToAll", output, input, this.size);
       return { dtype, input, output, count: input.length };
+    });
+  }
+
+  gather(output: AnyTensor | null, input: AnyTensor, options: RootOptions = NO_OPTIONS): W {
+    return this.#call("gather", options, () => {
+      const root = checkRank("gather", "root", options.root ?? 0, this.size);
+      const atRoot = this.rank === root;
+      rootOnly("gather", "output", output, atRoot, root);
+      const dtype = atRoot
+        ? this.#pair("gather", output as AnyTensor, input, options)
+        : this.#dtype("gather", input, "input", options);
+      if (atRoot) checkBlocks("gather", output as AnyTensor, input, this.size);
+      return { dtype, root, input, output: atRoot ? output as AnyTensor : undefined, count: input.length };
+    });
+  }
+
+  scatter(output: AnyTensor, input: AnyTensor | null, options: RootOptions = NO_OPTIONS): W {
+    return this.#call("scatter", options, () => {
+      const root = checkRank("scatter", "root", options.root ?? 0, this.size);
+      const atRoot = this.rank === root;
+      rootOnly("scatter", "input", input, atRoot, root);
+      const dtype = atRoot
+        ? this.#pair("scatter", output, input as AnyTensor, options)
+        : this.#dtype("scatter", output, "output", options);
+      if (atRoot) checkBlocks("scatter", output, input as AnyTensor, this.size);
+      return { dtype, root, input: atRoot ? input as AnyTensor : undefined, output, count: output.length };
     });
   }
 
@@ -436,6 +483,23 @@ export function compressionUnsupported(backend: string): UnsupportedError {
     `Cannot all-reduce with compression: the ${backend} backend has no communication thread to run the ` +
       `codec's kernels on; use the cpu backend, or an all-reduce without compression`,
   );
+}
+
+/**
+ * Checks the tensor that a rooted collective takes on its root only (gather's output, scatter's input):
+ * given there, `null` (or omitted) elsewhere, as torch's `gather_list` and `scatter_list`.
+ */
+function rootOnly(what: string, name: string, tensor: AnyTensor | null, atRoot: boolean, root: number): void {
+  const given = tensor !== null && tensor !== undefined;
+  if (atRoot && !given) {
+    throw new TypeError(`Cannot ${what}: the root (rank ${root}) needs an ${name}, found ${tensor}`);
+  }
+  if (!atRoot && given) {
+    throw new TypeError(
+      `Cannot ${what}: only the root (rank ${root}) takes an ${name}; pass null on the other ranks, found ` +
+        describeValue(tensor),
+    );
+  }
 }
 
 /** Refuses `commDtype` and `compression` on a reducing call other than an all-reduce. */

@@ -322,6 +322,38 @@ export interface ProcessGroup extends AsyncDisposable {
   reduceScatter(output: AnyTensor, input: AnyTensor, options?: ReduceOptions): Work;
   /** Block j of rank i's `input` lands in block i of rank j's `output` (equal blocks). */
   allToAll(output: AnyTensor, input: AnyTensor, options?: AlgorithmOptions): Work;
+  /**
+   * Gathers every rank's `input` into the root's `output` (size × input.length elements, in rank order);
+   * `output` is `null` on the other ranks (torch's `gather`).
+   *
+   * @example Every rank's loss on rank 0
+   * ```ts
+   * import { init } from "@dcomm/dcomm";
+   * import assert from "node:assert/strict";
+   * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+   * const loss = new Float32Array([0.5]);
+   * const losses = pg.rank === 0 ? new Float32Array(pg.size) : null;
+   * await pg.gather(losses, loss, { root: 0 });
+   * if (losses) assert.deepEqual(losses, new Float32Array([0.5]));
+   * ```
+   */
+  gather(output: AnyTensor | null, input: AnyTensor, options?: RootOptions): Work;
+  /**
+   * Scatters the root's `input` (size × output.length elements): block r lands in rank r's `output`;
+   * `input` is `null` on the other ranks (torch's `scatter`).
+   *
+   * @example Each rank's share of the root's indices
+   * ```ts
+   * import { init } from "@dcomm/dcomm";
+   * import assert from "node:assert/strict";
+   * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+   * const shard = new Int32Array(2);
+   * const all = pg.rank === 0 ? Int32Array.from({ length: 2 * pg.size }, (_, i) => i) : null;
+   * await pg.scatter(shard, all, { root: 0 });
+   * assert.deepEqual(shard, new Int32Array([0, 1]));
+   * ```
+   */
+  scatter(output: AnyTensor, input: AnyTensor | null, options?: RootOptions): Work;
   /** Resolves once every rank has entered the barrier. */
   barrier(options?: CallOptions): Work;
   /** Sends `tensor` to rank `peer` (within the group). */

@@ -61,3 +61,25 @@ export function argChecks(ctx: CollectiveContext, verb: string): ArgChecks {
     },
   };
 }
+
+/**
+ * The root's n-block buffer of a gather (its output) or a scatter (its input), checked against the block.
+ *
+ * @param check The call's checks.
+ * @param what `"gather"` or `"scatter"`.
+ * @param block This rank's block (the gather's input, the scatter's output).
+ * @param whole The root's n blocks.
+ * @returns `whole`.
+ * @throws {RangeError} If there is none, or it does not hold one block per rank.
+ */
+export function rootBlocks(
+  check: ArgChecks,
+  what: "gather" | "scatter",
+  block: Uint8Array,
+  whole: Uint8Array | undefined,
+): Uint8Array {
+  const name = what === "gather" ? "output" : "input";
+  if (whole === undefined) throw new RangeError(`Cannot ${what}: the root needs an ${name}, found none`);
+  check.blocks(block, whole, { block: what === "gather" ? "input" : "output", whole: name });
+  return whole;
+}

@@ -23,6 +23,7 @@
 import type { CollectiveContext } from "./comm.ts";
 import {
   binomialBroadcastCost,
+  binomialGatherCost,
   binomialReduceCost,
   chainBroadcastCost,
   type CostFunction,
@@ -32,6 +33,7 @@ import {
   halvingDoublingAllReduceCost,
   halvingReduceScatterCost,
   hierarchicalAllReduceCost,
+  linearGatherCost,
   pairwiseAllToAllCost,
   psAllReduceCost,
   recursiveDoublingAllGatherCost,
@@ -43,8 +45,10 @@ import {
   segmentAllToAllCost,
   segmentBarrierCost,
   segmentBroadcastCost,
+  segmentGatherCost,
   segmentReduceCost,
   segmentReduceScatterCost,
+  segmentScatterCost,
   treeAllReduceCost,
 } from "../sim/cost_model.ts";
 import { binomialBroadcast } from "./binomial_broadcast.ts";
@@ -69,6 +73,12 @@ import { segmentAllGather } from "./segment_allgather.ts";
 import { segmentReduceScatter } from "./segment_reduce_scatter.ts";
 import { segmentAllToAll } from "./segment_alltoall.ts";
 import { segmentBarrier } from "./segment_barrier.ts";
+import { segmentGather } from "./segment_gather.ts";
+import { segmentScatter } from "./segment_scatter.ts";
+import { linearGather } from "./linear_gather.ts";
+import { linearScatter } from "./linear_scatter.ts";
+import { binomialGather } from "./binomial_gather.ts";
+import { binomialScatter } from "./binomial_scatter.ts";
 
 /** The collectives dcomm runs. */
 export type Collective =
@@ -78,7 +88,9 @@ export type Collective =
   | "broadcast"
   | "reduce"
   | "allToAll"
-  | "barrier";
+  | "barrier"
+  | "gather"
+  | "scatter";
 
 /** Options any all-reduce algorithm accepts; each reads only its own. */
 export interface AllReduceOptions {
@@ -98,6 +110,20 @@ export type BlocksFn = (ctx: CollectiveContext, input: Uint8Array, output: Uint8
 export type RootedFn = (ctx: CollectiveContext, buf: Uint8Array, root: number) => Promise<void>;
 /** A barrier algorithm. */
 export type BarrierFn = (ctx: CollectiveContext) => Promise<void>;
+/** A gather algorithm: every rank's `input` into the root's `output` (n blocks; undefined elsewhere). */
+export type GatherFn = (
+  ctx: CollectiveContext,
+  input: Uint8Array,
+  output: Uint8Array | undefined,
+  root: number,
+) => Promise<void>;
+/** A scatter algorithm: the root's `input` (n blocks; undefined elsewhere), block r to rank r's `output`. */
+export type ScatterFn = (
+  ctx: CollectiveContext,
+  input: Uint8Array | undefined,
+  output: Uint8Array,
+  root: number,
+) => Promise<void>;
 
 /** The signature of a message algorithm, by collective. */
 export interface MessageRunOf {
@@ -115,6 +141,10 @@ export interface MessageRunOf {
   allToAll: BlocksFn;
   /** No tensor. */
   barrier: BarrierFn;
+  /** `(ctx, input, output, root)`, the root's output = n × input. */
+  gather: GatherFn;
+  /** `(ctx, input, output, root)`, the root's input = n × output. */
+  scatter: ScatterFn;
 }
 
 /** The signature of the segment plan, by collective. */
@@ -133,6 +163,10 @@ export interface SegmentPlanOf {
   allToAll: typeof segmentAllToAll;
   /** See `segment_barrier.ts`. */
   barrier: typeof segmentBarrier;
+  /** See `segment_gather.ts`. */
+  gather: typeof segmentGather;
+  /** See `segment_scatter.ts`. */
+  scatter: typeof segmentScatter;
 }
 
 /** How an algorithm runs: messages over a {@linkcode CollectiveContext}, or a plan over the host segment. */
@@ -372,6 +406,56 @@ export const ALGORITHM_DESCRIPTORS = Object.freeze(
       cost: disseminationBarrierCost,
       summary: "Dissemination (MPICH's barrier): ⌈log2 n⌉ rounds of empty messages",
     },
+    // ---- gather
+    {
+      name: "segment",
+      collective: "gather",
+      kind: "segment",
+      plan: segmentGather,
+      cost: segmentGatherCost,
+      summary: "Host segment: each member copies its block in, the root copies every block out",
+    },
+    {
+      name: "linear",
+      collective: "gather",
+      kind: "messages",
+      run: linearGather,
+      cost: linearGatherCost,
+      summary: "Linear (MPICH's long-message gather): every rank sends its block straight to the root",
+    },
+    {
+      name: "binomial",
+      collective: "gather",
+      kind: "messages",
+      run: binomialGather,
+      cost: binomialGatherCost,
+      summary: "Binomial tree (MPICH's short-message gather): ⌈log2 n⌉ rounds of growing subtrees",
+    },
+    // ---- scatter
+    {
+      name: "segment",
+      collective: "scatter",
+      kind: "segment",
+      plan: segmentScatter,
+      cost: segmentScatterCost,
+      summary: "Host segment: the root copies every block in, each member copies its own out",
+    },
+    {
+      name: "linear",
+      collective: "scatter",
+      kind: "messages",
+      run: linearScatter,
+      cost: linearGatherCost,
+      summary: "Linear (MPICH's long-message scatter): the root sends each rank its block directly",
+    },
+    {
+      name: "binomial",
+      collective: "scatter",
+      kind: "messages",
+      run: binomialScatter,
+      cost: binomialGatherCost,
+      summary: "Binomial tree (MPICH's short-message scatter): ⌈log2 n⌉ rounds of shrinking subtrees",
+    },
   ] as const satisfies readonly AlgorithmDescriptor[],
 );
 
@@ -394,3 +478,7 @@ export type ReduceAlgorithm = AlgorithmName["reduce"];
 export type AllToAllAlgorithm = AlgorithmName["allToAll"];
 /** Barrier algorithms. */
 export type BarrierAlgorithm = AlgorithmName["barrier"];
+/** Gather algorithms. */
+export type GatherAlgorithm = AlgorithmName["gather"];
+/** Scatter algorithms. */
+export type ScatterAlgorithm = AlgorithmName["scatter"];

@@ -42,10 +42,14 @@ import {
   type BlocksFn,
   type BroadcastAlgorithm,
   type Collective,
+  type GatherAlgorithm,
+  type GatherFn,
   type MessageRunOf,
   type ReduceAlgorithm,
   type ReduceScatterAlgorithm,
   type RootedFn,
+  type ScatterAlgorithm,
+  type ScatterFn,
   type SegmentPlanOf,
 } from "./algorithms.ts";
 
@@ -68,10 +72,14 @@ export type {
   BlocksFn,
   BroadcastAlgorithm,
   Collective,
+  GatherAlgorithm,
+  GatherFn,
   MessageRunOf,
   ReduceAlgorithm,
   ReduceScatterAlgorithm,
   RootedFn,
+  ScatterAlgorithm,
+  ScatterFn,
   SegmentPlanOf,
 };
 export type { CollectiveContext, Comm } from "./comm.ts";
@@ -85,6 +93,12 @@ export { segmentAllGather } from "./segment_allgather.ts";
 export { segmentReduceScatter } from "./segment_reduce_scatter.ts";
 export { segmentAllToAll } from "./segment_alltoall.ts";
 export { segmentBarrier } from "./segment_barrier.ts";
+export { segmentGather } from "./segment_gather.ts";
+export { segmentScatter } from "./segment_scatter.ts";
+export { linearGather } from "./linear_gather.ts";
+export { linearScatter } from "./linear_scatter.ts";
+export { binomialGather } from "./binomial_gather.ts";
+export { binomialScatter } from "./binomial_scatter.ts";
 export { binomialBroadcast } from "./binomial_broadcast.ts";
 export { binomialReduce } from "./binomial_reduce.ts";
 export { chainBroadcast } from "./chain_broadcast.ts";
@@ -162,6 +176,13 @@ export const ALL_TO_ALL_ALGORITHMS: Readonly<Record<Messages<AllToAllAlgorithm>,
 /** Barrier algorithms by name. */
 export const BARRIER_ALGORITHMS: Readonly<Record<Messages<BarrierAlgorithm>, BarrierFn>> = registry(
   "barrier",
+);
+
+/** Gather algorithms by name: `(ctx, input, output, root)`, the root's output = n × input. */
+export const GATHER_ALGORITHMS: Readonly<Record<Messages<GatherAlgorithm>, GatherFn>> = registry("gather");
+/** Scatter algorithms by name: `(ctx, input, output, root)`, the root's input = n × output. */
+export const SCATTER_ALGORITHMS: Readonly<Record<Messages<ScatterAlgorithm>, ScatterFn>> = registry(
+  "scatter",
 );
 
 /** The segment algorithms, by collective: each makes a plan of chunks (see `segment_context.ts`). */

@@ -16,7 +16,8 @@
  * machine's CPUs) it does not know: it ranks algorithms rather than promising seconds.
  *
  * What `bytes` means, as in nccl-tests: the buffer for all-reduce, broadcast and reduce; the whole n-block
- * buffer (the output of all-gather, the input of reduce-scatter and all-to-all) for the others.
+ * buffer (the output of all-gather and gather, the input of reduce-scatter, scatter and all-to-all) for the
+ * others.
  *
  * @example Ring against tree for 64 MiB on 16 ranks over TCP
  * ```ts
@@ -414,6 +415,30 @@ export function binomialReduceCost(shape: CostShape, constants: CostConstants): 
   return ceilLog2(n) * (msgs(m, chunk) * alpha + m * beta + m * gamma);
 }
 
+/**
+ * Linear gather or scatter (m = the root's n-block bytes, b = m/n): `(n−1)·k·α + (n−1)·b·β`,
+ * k = ⌈b/chunkBytes⌉ (the root's link carries every block but its own).
+ */
+export function linearGatherCost(shape: CostShape, constants: CostConstants): number {
+  const { n, m, chunk } = unpack(shape);
+  if (n === 1 || m === 0) return 0;
+  const b = m / n;
+  return (n - 1) * (msgs(b, chunk) * constants.alpha + b * constants.beta);
+}
+
+/**
+ * Binomial gather or scatter (m = the root's n-block bytes, b = m/n): `Σ_j k_j·α + (n−1)·b·β` over the
+ * ⌈log2 n⌉ rounds, round j moving min(2^j, n − 2^j) blocks in k_j = ⌈that·b/chunkBytes⌉ messages.
+ */
+export function binomialGatherCost(shape: CostShape, constants: CostConstants): number {
+  const { n, m, chunk } = unpack(shape);
+  if (n === 1 || m === 0) return 0;
+  const b = m / n;
+  let messages = 0;
+  for (let span = 1; span < n; span *= 2) messages += msgs(Math.min(span, n - span) * b, chunk);
+  return messages * constants.alpha + (n - 1) * b * constants.beta;
+}
+
 /** Pairwise all-to-all (m = input bytes): `(n−1)·(k·α + (m/n)·β)`, k = ⌈m/(n·chunkBytes)⌉. */
 export function pairwiseAllToAllCost(shape: CostShape, constants: CostConstants): number {
   const { n, m, chunk } = unpack(shape);
@@ -503,6 +528,23 @@ export function segmentAllGatherCost(shape: CostShape, constants: CostConstants)
   const b = m / n;
   const k = segmentChunks(b, shape.chunkBytes ?? DEFAULT_SEGMENT_CHUNK_BYTES);
   return (k + 1) * constants.alpha + (b + m) * constants.beta;
+}
+
+/** Segment gather (m = the root's output bytes, b = m/n): `(k+1)·α + (b + m)·β`, k = ⌈b/chunkBytes⌉. */
+export function segmentGatherCost(shape: CostShape, constants: CostConstants): number {
+  return segmentAllGatherCost(shape, constants);
+}
+
+/**
+ * Segment scatter (m = the root's input bytes, b = m/n): `(k+1)·α + (m + b)·β`,
+ * k = ⌈b/⌊chunkBytes/n⌋⌉.
+ */
+export function segmentScatterCost(shape: CostShape, constants: CostConstants): number {
+  const { n, m } = unpack(shape);
+  if (n === 1 || m === 0) return 0;
+  const b = m / n;
+  const piece = Math.max(1, Math.floor((shape.chunkBytes ?? DEFAULT_SEGMENT_CHUNK_BYTES) / n));
+  return (Math.ceil(b / piece) + 1) * constants.alpha + (m + b) * constants.beta;
 }
 
 /** Segment reduce-scatter (m = input bytes): `(k+1)·α + m·β + m·γ`, k = ⌈(m/n)/⌊chunkBytes/n⌋⌉. */

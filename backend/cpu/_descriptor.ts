@@ -13,7 +13,7 @@
 import { type DType, DTYPES, REDUCE_OPS, type ReduceOp } from "../../core/dtype.ts";
 import { DESC_BYTES } from "../../transport/transport.ts";
 import { smallBytes } from "../../core/small_bytes.ts";
-import { type Collective, COLLECTIVES } from "./_protocol.ts";
+import { type Collective, COLLECTIVES, rootedCollective } from "./_protocol.ts";
 import { CODECS } from "../../collectives/compressed_context.ts";
 
 /** A call, as its descriptor records it. */
@@ -171,7 +171,7 @@ export function describeCall(d: CallDescriptor): string {
   if (d.collective === "allReduce" || d.collective === "reduce" || d.collective === "reduceScatter") {
     parts.push(`op ${d.op}`);
   }
-  if (d.collective === "broadcast" || d.collective === "reduce") parts.push(`root ${d.root}`);
+  if (rootedCollective(d.collective)) parts.push(`root ${d.root}`);
   if (d.collective === "send" || d.collective === "recv") parts.push(`peer ${d.root}`);
   if (d.algorithm) parts.push(d.servers ? `${d.algorithm} with ${d.servers} servers` : d.algorithm);
   const stage = d.stage

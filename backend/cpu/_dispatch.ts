@@ -12,8 +12,10 @@ import {
   BARRIER_ALGORITHMS,
   BROADCAST_ALGORITHMS,
   chooseAlgorithm,
+  GATHER_ALGORITHMS,
   REDUCE_ALGORITHMS,
   REDUCE_SCATTER_ALGORITHMS,
+  SCATTER_ALGORITHMS,
 } from "../../collectives/mod.ts";
 import type { CollectiveContext } from "../../collectives/comm.ts";
 import { type CostConstants, DEFAULT_CONSTANTS, type TransportKind } from "../../sim/cost_model.ts";
@@ -119,10 +121,15 @@ export function constantsTable(): Readonly<Record<TransportKind, CostConstants>>
   return table;
 }
 
-/** Bytes of a call as the cost model counts them (the whole n-block buffer for block collectives). */
+/**
+ * Bytes of a call as the cost model counts them (the whole n-block buffer for block collectives; a
+ * gather's and a scatter's count is one rank's block).
+ */
 export function modelBytes(op: OpRequest, elemSize: number, size: number): number {
   const bytes = op.count * elemSize;
-  return op.collective === "allGather" ? bytes * size : bytes;
+  return op.collective === "allGather" || op.collective === "gather" || op.collective === "scatter"
+    ? bytes * size
+    : bytes;
 }
 
 /**
@@ -183,6 +190,20 @@ export async function runAlgorithm(
       );
     case "barrier":
       return await BARRIER_ALGORITHMS[algorithm as keyof typeof BARRIER_ALGORITHMS](ctx);
+    case "gather":
+      return await GATHER_ALGORITHMS[algorithm as keyof typeof GATHER_ALGORITHMS](
+        ctx,
+        need(input, "an input"),
+        output,
+        op.root,
+      );
+    case "scatter":
+      return await SCATTER_ALGORITHMS[algorithm as keyof typeof SCATTER_ALGORITHMS](
+        ctx,
+        input,
+        need(output, "an output"),
+        op.root,
+      );
     case "send":
       return await ctx.comm.send(op.root, need(input, "a tensor"));
     case "recv":

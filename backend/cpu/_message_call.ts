@@ -21,7 +21,7 @@ import {
 } from "./_descriptor.ts";
 import { ALGORITHM_NAMES, runAlgorithm } from "./_dispatch.ts";
 import type { GroupState } from "./_groups.ts";
-import type { OpRequest } from "./_protocol.ts";
+import { type OpRequest, rootedCollective } from "./_protocol.ts";
 import type { Reducer } from "./_reducer.ts";
 import type { ScratchPool } from "./_scratch.ts";
 import type { SegmentExecutor } from "./_segment_exec.ts";
@@ -132,7 +132,7 @@ export class MessageCall {
   async run(): Promise<void> {
     const op = this.#op, ctx = this.#ctx, env = this.#env;
     if (
-      env.checkCalls && ctx.comm.size > 1 && (op.collective === "broadcast" || op.collective === "reduce")
+      env.checkCalls && ctx.comm.size > 1 && rootedCollective(op.collective)
     ) {
       // Ranks that disagree on the root may each wait for a message the other never sends, or each
       // finish having only sent: they first agree on the call (its descriptor, root included) in a
@@ -206,7 +206,7 @@ function descriptorOf(op: OpRequest, group: GroupState, algorithm: string): Call
     dtype: op.dtype,
     op: op.op,
     algorithm,
-    root: op.collective === "broadcast" || op.collective === "reduce" ? op.root : 0,
+    root: rootedCollective(op.collective) ? op.root : 0,
     count: op.count,
     servers: algorithm === "ps" ? op.servers ?? group.ranks.length : 0,
     stage: op.stage ?? 0,

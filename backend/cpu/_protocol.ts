@@ -11,7 +11,7 @@ import type { SegmentAddress, SegmentLayout } from "../../transport/segment.ts";
 import type { WorkReport } from "../work.ts";
 import type { CheckedCompression } from "../_compression.ts";
 
-export { type Collective, COLLECTIVES } from "../_front.ts";
+export { type Collective, COLLECTIVES, rootedCollective } from "../_front.ts";
 import type { Collective } from "../_front.ts";
 
 /** A region of a SharedArrayBuffer. */

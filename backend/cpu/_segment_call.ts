@@ -14,6 +14,8 @@ import { segmentAllReduce, segmentAllReducePooled } from "../../collectives/segm
 import { segmentBroadcast } from "../../collectives/segment_broadcast.ts";
 import { segmentReduce } from "../../collectives/segment_reduce.ts";
 import { segmentAllGather } from "../../collectives/segment_allgather.ts";
+import { segmentGather } from "../../collectives/segment_gather.ts";
+import { segmentScatter } from "../../collectives/segment_scatter.ts";
 import { segmentReduceScatter } from "../../collectives/segment_reduce_scatter.ts";
 import { segmentAllToAll } from "../../collectives/segment_alltoall.ts";
 import { segmentBarrier } from "../../collectives/segment_barrier.ts";
@@ -272,5 +274,9 @@ export function segmentPlanOf(ctx: SegmentContext, call: SegmentCall): SegmentPl
       return segmentAllToAll(ctx, need(call.input, "an input", c), need(call.output, "an output", c));
     case "barrier":
       return segmentBarrier(ctx);
+    case "gather":
+      return segmentGather(ctx, need(call.input, "an input", c), call.output, call.root);
+    case "scatter":
+      return segmentScatter(ctx, call.input, need(call.output, "an output", c), call.root);
   }
 }

@@ -21,6 +21,7 @@ import type { Kernels, TypedArrayConstructor } from "../../wasm/kernels.ts";
 import { SegmentPipeline, type SegmentState } from "../../collectives/segment_context.ts";
 import { type CallDescriptor, encodeCallInto, encodeDescriptorInto } from "./_descriptor.ts";
 import { ALGORITHM_NAMES } from "./_dispatch.ts";
+import { rootedCollective } from "./_protocol.ts";
 import { type SegmentCall, segmentPlanOf } from "./_segment_call.ts";
 import { CallContext, type GroupMemory, SCRATCH_BYTES } from "./_segment_call_context.ts";
 import { SegmentRun } from "./_segment_run.ts";
@@ -95,7 +96,7 @@ export class SegmentExecutor {
       call.dtype,
       call.op,
       SEGMENT_CODE,
-      call.collective === "broadcast" || call.collective === "reduce" ? call.root : 0,
+      rootedCollective(call.collective) ? call.root : 0,
       call.count,
       0,
       call.stage,

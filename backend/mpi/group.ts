@@ -230,7 +230,8 @@ export class MpiProcessGroup extends GroupFront {
 
   /**
    * Runs a checked call as MPI's non-blocking call: `MPI_Iallreduce` (with `MPI_IN_PLACE`), `MPI_Ibcast`,
-   * `MPI_Ireduce`, `MPI_Iallgather`, `MPI_Ireduce_scatter_block`, `MPI_Ialltoall`, `MPI_Ibarrier`,
+   * `MPI_Ireduce`, `MPI_Iallgather`, `MPI_Ireduce_scatter_block`, `MPI_Ialltoall`, `MPI_Igather`,
+   * `MPI_Iscatter`, `MPI_Ibarrier`,
    * `MPI_Isend` (which cannot be cancelled: its timeout makes the backend unusable) or `MPI_Irecv` (cancelled
    * on timeout or abort; a message of another length is a MismatchError).
    *
@@ -250,6 +251,9 @@ export class MpiProcessGroup extends GroupFront {
       case "reduceScatter":
       case "allToAll":
         return this.#blocks(call);
+      case "gather":
+      case "scatter":
+        return this.#rooted(call);
       case "barrier":
         return this.#start(() => {
           const comm = this.#handle();
@@ -399,6 +403,41 @@ export class MpiProcessGroup extends GroupFront {
             (src, out, req) => mpi.MPI_Ialltoall(src, block, dt, out, block, dt, comm, req),
           );
       }
+    });
+  }
+
+  /**
+   * Gather and scatter: one `MPI_Igather` or `MPI_Iscatter`, the n-block buffer on the root only (an
+   * empty one elsewhere, which MPI does not touch), so at most 2^31 - 1 elements per rank.
+   */
+  #rooted(call: CallRecord): Work {
+    const { collective, dtype, root } = call;
+    const what = VERB[collective];
+    const block = call.count;
+    this.#intCount(what, block);
+    return this.#start(() => {
+      const mpi = this.#rt.mpi;
+      const dt = MPI_DATATYPE[dtype];
+      const comm = this.#handle();
+      const { empty } = constantPointers();
+      const input = call.input as TypedArray | undefined, output = call.output as TypedArray | undefined;
+      // MPI forbids overlapping buffers at the root (MPI_IN_PLACE aside): a copy of the input then.
+      const source = input && output && overlap(input, output) ? input.slice() : input;
+      const at = (t: TypedArray | undefined): Deno.PointerObject => t ? pointerOf(t) : empty;
+      const gather = collective === "gather";
+      return {
+        collective,
+        what: () => this.#describe(what, block, dtype, `per rank, root ${root}`),
+        options: call,
+        bytes: ((gather ? input : output) as TypedArray).byteLength,
+        keep: [source, output].filter((t): t is TypedArray => t !== undefined),
+        chunks: 1,
+        call: gather ? "MPI_Igather" : "MPI_Iscatter",
+        issue: (_, req) =>
+          gather
+            ? mpi.MPI_Igather(at(source), block, dt, at(output), block, dt, root, comm, req)
+            : mpi.MPI_Iscatter(at(source), block, dt, at(output), block, dt, root, comm, req),
+      };
     });
   }
 

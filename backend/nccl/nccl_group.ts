@@ -284,8 +284,9 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
 
   /**
    * Queues a checked call on the group's stream: what NCCL's version must offer for it (bfloat16 and avg
-   * 2.10, a scale 2.11, send/recv 2.7; all-to-all is `ncclAlltoAll` from 2.28, grouped sends and receives
-   * before), then the operands (host arrays staged), then the NCCL call.
+   * 2.10, a scale 2.11, send/recv 2.7; all-to-all, gather and scatter are `ncclAlltoAll`, `ncclGather` and
+   * `ncclScatter` from 2.28, grouped sends and receives before), then the operands (host arrays staged),
+   * then the NCCL call.
    *
    * @param call The call.
    * @returns Its Work.
@@ -364,6 +365,36 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
         }
         break;
       }
+      case "gather":
+      case "scatter": {
+        const gather = collective === "gather";
+        const native = hasFeature("gatherScatter", version, symbols);
+        if (!native) requireFeature("sendRecv", version, { what, symbols });
+        // The n-block buffer is the root's only (gather's output, scatter's input).
+        const block = (gather ? call.input : call.output) as AnyTensor;
+        const whole = (gather ? call.output : call.input) as AnyTensor | undefined;
+        const own = this.#operand(what, block, dtype, { upload: gather, download: !gather });
+        let all: Operand | undefined;
+        try {
+          all = whole && this.#operand(what, whole, dtype, { upload: !gather, download: gather });
+        } catch (e) {
+          if (own.host) this.#ctx.staging.release(own.host.slot);
+          throw e;
+        }
+        operands = all ? [own, all] : [own];
+        const count = block.length;
+        const [mine, theirs] = [own.pointer, all?.pointer ?? own.pointer];
+        issue = (s, comm, stream) =>
+          gather
+            ? this.#rooted(s, native, "gather", mine, theirs, count, dtype, root, comm, stream)
+            : this.#rooted(s, native, "scatter", theirs, mine, count, dtype, root, comm, stream);
+        bytesSent = gather
+          ? (root === this.rank ? 0 : own.bytes)
+          : root === this.rank
+          ? (n - 1) * own.bytes
+          : 0;
+        break;
+      }
       case "barrier": {
         this.#barrier ??= DeviceBuffer.alloc(1, { dtype: "int32", device: this.#ctx.device });
         const p = this.#barrier.pointer;
@@ -396,6 +427,54 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
       { collective, dtype, count: call.count, operands, issue, bytesSent },
       this.#how(call),
     );
+  }
+
+  /**
+   * Gather or scatter: `ncclGather`/`ncclScatter` (2.28), or before them one group of sends and receives
+   * (the root's to and from every rank, itself included).
+   *
+   * @param src The gather's block, or the scatter's n blocks (the root's).
+   * @param dst The gather's n blocks (the root's), or the scatter's block.
+   * @param count Elements per rank.
+   */
+  #rooted(
+    s: NcclSymbols,
+    native: boolean,
+    collective: "gather" | "scatter",
+    src: Pointer,
+    dst: Pointer,
+    count: number,
+    dtype: DType,
+    root: number,
+    comm: Pointer,
+    stream: Pointer,
+  ): number {
+    const t = ncclDataType(dtype), n = BigInt(count);
+    if (native && collective === "gather" && s.ncclGather) {
+      return s.ncclGather(src, dst, n, t, root, comm, stream);
+    }
+    if (native && collective === "scatter" && s.ncclScatter) {
+      return s.ncclScatter(src, dst, n, t, root, comm, stream);
+    }
+    const block = count * dtypeSize(dtype), atRoot = root === this.rank;
+    return this.#grouped(s, () => {
+      if (collective === "gather") {
+        const rc = s.ncclSend(src, n, t, root, comm, stream);
+        if (rc !== NcclResult.Success || !atRoot) return rc;
+        for (let p = 0; p < this.size; p++) {
+          const rc2 = s.ncclRecv(offset(dst, p * block), n, t, p, comm, stream);
+          if (rc2 !== NcclResult.Success) return rc2;
+        }
+        return NcclResult.Success;
+      }
+      if (atRoot) {
+        for (let p = 0; p < this.size; p++) {
+          const rc2 = s.ncclSend(offset(src, p * block), n, t, p, comm, stream);
+          if (rc2 !== NcclResult.Success) return rc2;
+        }
+      }
+      return s.ncclRecv(dst, n, t, root, comm, stream);
+    });
   }
 
   /** All-to-all: `ncclAlltoAll` (2.28), or before it one group of a send and a receive per peer. */

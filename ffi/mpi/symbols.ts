@@ -249,6 +249,38 @@ export const MPI_SYMBOLS = {
     ],
     result: "i32",
   },
+  MPI_Igather: {
+    // int MPI_Igather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+    //                 int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Request *request);
+    parameters: [
+      "pointer", // const void *sendbuf
+      "i32", // int sendcount
+      "i32", // MPI_Datatype sendtype
+      "pointer", // void *recvbuf (significant at the root only)
+      "i32", // int recvcount (per rank)
+      "i32", // MPI_Datatype recvtype
+      "i32", // int root
+      "i32", // MPI_Comm comm
+      "buffer", // MPI_Request *request
+    ],
+    result: "i32",
+  },
+  MPI_Iscatter: {
+    // int MPI_Iscatter(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+    //                  int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Request *request);
+    parameters: [
+      "pointer", // const void *sendbuf (significant at the root only)
+      "i32", // int sendcount (per rank)
+      "i32", // MPI_Datatype sendtype
+      "pointer", // void *recvbuf
+      "i32", // int recvcount
+      "i32", // MPI_Datatype recvtype
+      "i32", // int root
+      "i32", // MPI_Comm comm
+      "buffer", // MPI_Request *request
+    ],
+    result: "i32",
+  },
   MPI_Reduce_scatter_block: {
     // int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount, MPI_Datatype datatype,
     //                              MPI_Op op, MPI_Comm comm);

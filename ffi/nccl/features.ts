@@ -124,7 +124,7 @@ export const NCCL_FEATURES: Readonly<Record<NcclFeature, FeatureGate>> = {
     since: "2.28",
     description: "native gather and scatter (ncclGather, ncclScatter)",
     symbols: ["ncclGather", "ncclScatter"],
-    without: "gather and scatter would run as grouped ncclSend/ncclRecv",
+    without: "gather and scatter run as grouped ncclSend/ncclRecv",
   },
   params: {
     since: "2.30.4",

@@ -48,6 +48,11 @@ function checkShapes(a: Answers, backend: string): void {
     gatherLength: "RangeError",
     scatterLength: "RangeError",
     allToAllLength: "RangeError",
+    rootGatherLength: "RangeError",
+    rootScatterLength: "RangeError",
+    gatherNoOutput: "TypeError",
+    scatterNoInput: "TypeError",
+    gatherRoot: "RangeError",
     dtypes: "TypeError",
     dtypeOption: "TypeError",
     op: "TypeError",
@@ -70,6 +75,14 @@ function checkShapes(a: Answers, backend: string): void {
   }
   assert.match(a.errors.signal, /expected signal to be an AbortSignal, found an object/);
   assert.match(a.errors.detached, /detached/);
+  assert.match(
+    a.errors.rootGatherLength,
+    /^RangeError: Cannot gather: the root's output must hold 1 × 8 = 8/,
+  );
+  assert.match(
+    a.errors.scatterNoInput,
+    /^TypeError: Cannot scatter: the root \(rank 0\) needs an input, found null/,
+  );
   assert.match(a.errors.aborted, /Aborted before it started: stop/);
   for (const [name, message] of Object.entries(a.afterClose)) {
     assert.match(message, /^DistError: Cannot [a-z -]+: the process group is closed$/, `${backend} ${name}`);

@@ -186,6 +186,78 @@ export async function checkBroadcast(
   }
 }
 
+/**
+ * Runs a gather to every root over the matrix: the root's output is every input in rank order; no rank's
+ * input changes; the other ranks are given no output.
+ */
+export async function checkGather(
+  name: string,
+  fn: (
+    ctx: CollectiveContext,
+    input: Uint8Array,
+    output: Uint8Array | undefined,
+    root: number,
+  ) => Promise<void>,
+  matrix: Matrix = {},
+): Promise<void> {
+  for (const c of cases(name, matrix)) {
+    for (let root = 0; root < c.size; root++) {
+      const inputs = randomInputs({
+        dtype: c.flavor.dtype,
+        count: c.count,
+        size: c.size,
+        seed: c.seed + root,
+      });
+      const kept = inputs.map(copyBytes);
+      const want = new Uint8Array(c.count * c.size * ELEM_SIZE[c.flavor.dtype]);
+      inputs.forEach((a, r) => want.set(bytes(a), r * a.byteLength));
+      const output = bytes(newArray(c.flavor.dtype, c.count * c.size));
+      await runWorld(
+        c.world,
+        (ctx) => fn(ctx, bytes(inputs[ctx.comm.rank]), ctx.comm.rank === root ? output : undefined, root),
+      );
+      assertBytesEqual(output, want, `${c.what} root ${root}`);
+      inputs.forEach((a, r) =>
+        assertBytesEqual(bytes(a), kept[r], `${c.what} root ${root} rank ${r}'s input`)
+      );
+    }
+  }
+}
+
+/** Runs a scatter from every root over the matrix: rank r's output is block r of the root's input. */
+export async function checkScatter(
+  name: string,
+  fn: (
+    ctx: CollectiveContext,
+    input: Uint8Array | undefined,
+    output: Uint8Array,
+    root: number,
+  ) => Promise<void>,
+  matrix: Matrix = {},
+): Promise<void> {
+  for (const c of cases(name, matrix)) {
+    for (let root = 0; root < c.size; root++) {
+      const [all] = randomInputs({
+        dtype: c.flavor.dtype,
+        count: c.count * c.size,
+        size: 1,
+        seed: c.seed + root,
+      });
+      const kept = copyBytes(all);
+      const b = c.count * ELEM_SIZE[c.flavor.dtype];
+      const outputs = Array.from({ length: c.size }, () => bytes(newArray(c.flavor.dtype, c.count)));
+      await runWorld(
+        c.world,
+        (ctx) => fn(ctx, ctx.comm.rank === root ? bytes(all) : undefined, outputs[ctx.comm.rank], root),
+      );
+      outputs.forEach((out, r) =>
+        assertBytesEqual(out, kept.subarray(r * b, (r + 1) * b), `${c.what} root ${root} rank ${r}`)
+      );
+      assertBytesEqual(bytes(all), kept, `${c.what} root ${root}: the root's input`);
+    }
+  }
+}
+
 /** Runs a reduce to every root over the matrix; non-root buffers must come back unchanged. */
 export async function checkReduce(
   name: string,

@@ -10,9 +10,11 @@ import {
   chooseAlgorithm,
   type Collective,
   COST_FUNCTIONS,
+  GATHER_ALGORITHMS,
   predict,
   REDUCE_ALGORITHMS,
   REDUCE_SCATTER_ALGORITHMS,
+  SCATTER_ALGORITHMS,
   SEGMENT_PLANS,
 } from "../../collectives/mod.ts";
 import * as model from "../../sim/cost_model.ts";
@@ -36,6 +38,8 @@ const REGISTRIES: Record<Collective, Readonly<Record<string, unknown>>> = {
   reduce: REDUCE_ALGORITHMS,
   allToAll: ALL_TO_ALL_ALGORITHMS,
   barrier: BARRIER_ALGORITHMS,
+  gather: GATHER_ALGORITHMS,
+  scatter: SCATTER_ALGORITHMS,
 };
 const COLLECTIVES = Object.keys(REGISTRIES) as Collective[];
 
@@ -87,6 +91,8 @@ Deno.test("ALGORITHMS, the registries, SEGMENT_PLANS and COST_FUNCTIONS are the 
     reduce: ["segment", "binomial"],
     allToAll: ["segment", "pairwise"],
     barrier: ["segment", "dissemination"],
+    gather: ["segment", "linear", "binomial"],
+    scatter: ["segment", "linear", "binomial"],
   });
   for (
     const table of [

@@ -19,6 +19,8 @@ import { segmentReduce } from "../../collectives/segment_reduce.ts";
 import { segmentAllGather } from "../../collectives/segment_allgather.ts";
 import { segmentReduceScatter } from "../../collectives/segment_reduce_scatter.ts";
 import { segmentAllToAll } from "../../collectives/segment_alltoall.ts";
+import { segmentGather } from "../../collectives/segment_gather.ts";
+import { segmentScatter } from "../../collectives/segment_scatter.ts";
 import { segmentBarrier } from "../../collectives/segment_barrier.ts";
 import {
   assertBytesEqual,
@@ -287,11 +289,41 @@ async function runMatrix(size: number, seed: number): Promise<number> {
           }
         }
 
+        for (const root of new Set([0, size - 1])) {
+          const inputs = randomInputs({ dtype, count, size, seed: ++seed });
+          const out = new Uint8Array(count * es * size);
+          const what = `gather root ${root} ${tag}`;
+          world.run(rng, (q) => {
+            const ctx = ctxOf(q, what);
+            return { ctx, plan: segmentGather(ctx, bytes(inputs[q]), q === root ? out : undefined, root) };
+          }, what);
+          const want = new Uint8Array(count * es * size);
+          inputs.forEach((a, q) => want.set(bytes(a), q * count * es));
+          assertBytesEqual(out, want, what);
+        }
+
+        for (const root of new Set([0, size - 1])) {
+          const [all] = randomInputs({ dtype, count: count * size, size: 1, seed: ++seed });
+          const outs = Array.from({ length: size }, () => new Uint8Array(count * es));
+          const what = `scatter root ${root} ${tag}`;
+          world.run(rng, (q) => {
+            const ctx = ctxOf(q, what);
+            return { ctx, plan: segmentScatter(ctx, q === root ? bytes(all) : undefined, outs[q], root) };
+          }, what);
+          for (let q = 0; q < size; q++) {
+            assertBytesEqual(
+              outs[q],
+              bytes(all).subarray(q * count * es, (q + 1) * count * es),
+              `${what} member ${q}`,
+            );
+          }
+        }
+
         world.run(rng, (q) => {
           const ctx = ctxOf(q, `barrier ${tag}`);
           return { ctx, plan: segmentBarrier(ctx) };
         }, `barrier ${tag}`);
-        ran += 6;
+        ran += 8;
       }
     }
   }

@@ -110,6 +110,33 @@ gatedTest(
   },
 );
 
+gatedTest(
+  "gather() and scatter() match the reference on device buffers and staged host arrays",
+  NCCL_GPU,
+  async () => {
+    await using pg = await oneRank();
+    for (const dtype of TEST_DTYPES) {
+      const input = rankInput(dtype, N, 0);
+      const copy = identity(input, dtype);
+      using inp = DeviceBuffer.from(input, { dtype });
+      using out = DeviceBuffer.alloc(N, { dtype });
+      out.zero();
+      await pg.gather(out, inp, { root: 0 });
+      assert.deepEqual(mismatches(out.toArray(), dtype, copy), [], `gather ${dtype}`);
+      out.zero();
+      await pg.scatter(out, inp, { root: 0 });
+      assert.deepEqual(mismatches(out.toArray(), dtype, copy), [], `scatter ${dtype}`);
+    }
+    const host = new Float32Array(N).map((_, i) => i);
+    const gathered = new Float32Array(N);
+    await pg.gather(gathered, host);
+    assert.deepEqual([...gathered], [...host]);
+    const scattered = new Float32Array(N);
+    await pg.scatter(scattered, host);
+    assert.deepEqual([...scattered], [...host]);
+  },
+);
+
 gatedTest("collectives on views and on host arrays of every kind", NCCL_GPU, async () => {
   await using pg = await oneRank();
   using buf = DeviceBuffer.from(new Float32Array(100).map((_, i) => i));

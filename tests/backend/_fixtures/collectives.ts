@@ -22,6 +22,8 @@ export interface Case {
     | "reduceScatter"
     | "allToAll"
     | "barrier"
+    | "gather"
+    | "scatter"
     | "sendrecv";
   algorithm: string;
   dtype: DType;
@@ -126,6 +128,16 @@ export function cases(size: number, profile: string, segment = false): Case[] {
         add({ collective: "allToAll", algorithm, dtype, op: "sum", count: block, root: 0 });
       }
     }
+    for (const collective of ["gather", "scatter"] as const) {
+      for (const algorithm of ALGORITHMS[collective]) {
+        for (const root of roots) {
+          for (const dtype of ["int8", "float32"] as const) {
+            if (count === big && dtype !== "float32") continue;
+            add({ collective, algorithm, dtype, op: "sum", count: block, root });
+          }
+        }
+      }
+    }
     for (const dtype of ["uint32", "bfloat16"] as const) {
       if (count === big && dtype !== "uint32") continue;
       add({ collective: "sendrecv", algorithm: "", dtype, op: "sum", count, root: 0 });
@@ -149,6 +161,8 @@ function available(segment: boolean): { [C in keyof typeof ALL_ALGORITHMS]: read
     reduce: drop(ALL_ALGORITHMS.reduce),
     allToAll: drop(ALL_ALGORITHMS.allToAll),
     barrier: drop(ALL_ALGORITHMS.barrier),
+    gather: drop(ALL_ALGORITHMS.gather),
+    scatter: drop(ALL_ALGORITHMS.scatter),
   };
 }
 
@@ -240,6 +254,30 @@ export async function main(pg: ProcessGroup, ctx: { args: unknown }): Promise<Ra
         const blocks = inputs.map((a) => a.subarray(me * c.count, (me + 1) * c.count));
         const i = sameBits(out, concat(c.dtype, blocks, c.count));
         if (i >= 0) fail(`byte ${i} differs from the expected blocks`);
+        break;
+      }
+      case "gather": {
+        const inputs = all(c, c.count);
+        const root = me === c.root;
+        const before = inputs[me].slice();
+        out = root ? makeArray(c.dtype, c.count * size) : undefined;
+        const report = await pg.gather(out ?? null, inputs[me], { ...opts, root: c.root }).wait();
+        if (report) result.algorithms[report.algorithm] = (result.algorithms[report.algorithm] ?? 0) + 1;
+        if (out) {
+          const i = sameBits(out, concat(c.dtype, inputs, c.count));
+          if (i >= 0) fail(`byte ${i} differs from the concatenation`);
+        }
+        if (sameBits(inputs[me], before) >= 0) fail("the input changed");
+        break;
+      }
+      case "scatter": {
+        const inputs = all(c, c.count * size);
+        out = makeArray(c.dtype, c.count);
+        const report = await pg.scatter(out, me === c.root ? inputs[me] : null, { ...opts, root: c.root })
+          .wait();
+        if (report) result.algorithms[report.algorithm] = (result.algorithms[report.algorithm] ?? 0) + 1;
+        const i = sameBits(out, inputs[c.root].subarray(me * c.count, (me + 1) * c.count));
+        if (i >= 0) fail(`byte ${i} differs from block ${me} of the root's input`);
         break;
       }
       case "barrier":

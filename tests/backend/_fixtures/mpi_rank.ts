@@ -179,6 +179,26 @@ async function collectives(g: ProcessGroup, counts: readonly number[], keep: boo
         if (keep) record(name, dtype, out);
         result.ran++;
       }
+      for (const root of roots) {
+        const name = `gather ${count} ${dtype} root ${root}`;
+        const all = inputs(dtype, "sum", count, ++seed);
+        const out = me === root ? makeArray(dtype, count * g.size) : null;
+        await g.gather(out, all[me], { root, dtype });
+        if (out) {
+          const i = firstDiff(out, concat(dtype, all, count));
+          if (i >= 0) fail(name, `byte ${i} differs from the concatenation`);
+        }
+        result.ran++;
+      }
+      for (const root of roots) {
+        const name = `scatter ${count} ${dtype} root ${root}`;
+        const all = inputs(dtype, "sum", count * g.size, ++seed);
+        const out = makeArray(dtype, count);
+        await g.scatter(out, me === root ? all[me] : null, { root, dtype });
+        const i = firstDiff(out, all[root].subarray(me * count, (me + 1) * count) as TypedArray);
+        if (i >= 0) fail(name, `byte ${i} differs from block ${me} of the root's input`);
+        result.ran++;
+      }
       {
         const name = `allToAll ${count} ${dtype}`;
         const all = inputs(dtype, "sum", count * g.size, ++seed);

@@ -1,0 +1,40 @@
+/**
+ * Scatter through the shared segment: block `member` of the root's `input` (n blocks of b bytes) lands in
+ * that member's `output`. A chunk carries one piece (p = ⌊c/n⌋ bytes) of each block, k = ⌈b/p⌉ chunks:
+ * the root copies its n pieces in (post), then every member copies its piece of the root's buffer out
+ * (finish). The root copies n·b in and b out, every other member b out. Cost `(k+1)·α + (n·b + b)·β`.
+ *
+ * @module
+ */
+import { chunksOf, pieceBytes, postPieces } from "./_segment_chunks.ts";
+import type { SegmentContext, SegmentPlan } from "./segment_context.ts";
+
+/**
+ * The plan of a scatter.
+ *
+ * @param ctx The group's segment.
+ * @param input At the root, n blocks, block q for member q; elsewhere unused.
+ * @param output This member's block.
+ * @param root The member that scatters.
+ * @returns The plan.
+ */
+export function segmentScatter(
+  ctx: SegmentContext,
+  input: Uint8Array | undefined,
+  output: Uint8Array,
+  root: number,
+): SegmentPlan {
+  const b = output.byteLength, p = pieceBytes(ctx);
+  const chunks = chunksOf(ctx, b, p);
+  const all = ctx.rank === root ? input : undefined;
+  return {
+    chunks: chunks.count,
+    post(c: number, buf: number): void {
+      if (all !== undefined) postPieces(ctx, all, b, p, chunks, c, buf);
+    },
+    finish(c: number, buf: number): void {
+      const off = c * chunks.size, len = chunks.length(c), at = ctx.rank * p;
+      output.set(ctx.buffer(root, buf).subarray(at, at + len), off);
+    },
+  };
+}
