@@ -106,3 +106,59 @@ export function checkGroupRanks(ranks: readonly number[], size: number): number[
   }
   return sorted;
 }
+
+/**
+ * Checks the `counts` of a v-form (elements per rank, zeros allowed) on `size` ranks.
+ *
+ * @param what The collective, as messages name it.
+ * @param name The option's name.
+ * @param counts The option.
+ * @param size The group's size.
+ * @returns A frozen copy (the caller may change its array while the call runs).
+ * @throws {RangeError} If it is not `size` integers >= 0.
+ */
+export function checkCounts(what: string, name: string, counts: unknown, size: number): readonly number[] {
+  const list = Array.isArray(counts) ? counts : undefined;
+  if (
+    list === undefined || list.length !== size ||
+    !list.every((c) => Number.isInteger(c) && c >= 0 && c <= Number.MAX_SAFE_INTEGER)
+  ) {
+    const found = list === undefined ? String(counts) : `[${list.join(", ")}]`;
+    throw new RangeError(
+      `Cannot ${what}: expected ${name} to be ${size} integer${size === 1 ? "" : "s"} >= 0 (one per rank), ` +
+        `found ${found}`,
+    );
+  }
+  return Object.freeze([...list]);
+}
+
+/**
+ * Checks a v-form's tensor length: `tensor` (if given) holds `want` elements.
+ *
+ * @param what The collective, as messages name it.
+ * @param name The tensor's name.
+ * @param tensor The tensor, or undefined where this rank passes none.
+ * @param want Its elements.
+ * @param why How `want` follows from the counts, for the message.
+ * @throws {RangeError} If the length differs.
+ */
+export function checkCountLength(
+  what: string,
+  name: string,
+  tensor: Sized | undefined,
+  want: number,
+  why: string,
+): void {
+  if (tensor !== undefined && tensor.length !== want) {
+    throw new RangeError(
+      `Cannot ${what}: ${name} must hold ${why} = ${want} elements, found ${tensor.length}`,
+    );
+  }
+}
+
+/** The sum of a checked counts list. */
+export function countsSum(counts: readonly number[]): number {
+  let sum = 0;
+  for (const c of counts) sum += c;
+  return sum;
+}

@@ -14,17 +14,20 @@
  */
 import { checkOp, type DType, dtypeOf, type ReduceOp, type TypedArray } from "../core/dtype.ts";
 import { DistError, UnsupportedError } from "../core/errors.ts";
-import { checkBlocks, checkPeer, checkRank } from "./_checks.ts";
+import { checkBlocks, checkCountLength, checkCounts, checkPeer, checkRank, countsSum } from "./_checks.ts";
 import { checkCompression, type CheckedCompression } from "./_compression.ts";
 import {
-  type AlgorithmOptions,
   type AllocOptions,
+  type AllToAllOptions,
   type AnyTensor,
   type CallOptions,
+  type CountsOptions,
+  type GatherOptions,
   type GroupOptions,
   isDeviceTensor,
   type ProcessGroup,
   type ReduceOptions,
+  type ReduceScatterOptions,
   type RootOptions,
   type RootReduceOptions,
 } from "./process_group.ts";
@@ -105,6 +108,13 @@ export interface CallRecord {
   readonly algorithm: string;
   /** Parameter servers of the `ps` all-reduce. */
   readonly servers?: number;
+  /**
+   * A v-form's blocks, in elements per rank (`counts`; all-to-all's `sendCounts`), checked; with them
+   * `count` is the n-block buffer's elements (the same on every rank), 0 for an all-to-all.
+   */
+  readonly counts?: readonly number[];
+  /** An uneven all-to-all's `recvCounts`, checked. */
+  readonly recvCounts?: readonly number[];
   /** The narrower dtype an all-reduce travels in (`ReduceOptions.commDtype`), if any. */
   readonly commDtype?: DType;
   /** The codec of a compressed all-reduce (`ReduceOptions.compression`), checked. */
@@ -233,33 +243,61 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
     });
   }
 
-  allGather(output: AnyTensor, input: AnyTensor, options: AlgorithmOptions = NO_OPTIONS): W {
+  allGather(output: AnyTensor, input: AnyTensor, options: CountsOptions = NO_OPTIONS): W {
     return this.#call("allGather", options, () => {
       const dtype = this.#pair("all-gather", output, input, options);
-      checkBlocks("allGather", output, input, this.size);
-      return { dtype, input, output, count: input.length };
+      if (options.counts === undefined) {
+        checkBlocks("allGather", output, input, this.size);
+        return { dtype, input, output, count: input.length };
+      }
+      const counts = this.#counts("all-gather", options.counts, "input", input, "output", output);
+      return { dtype, input, output, count: countsSum(counts), counts };
     });
   }
 
-  reduceScatter(output: AnyTensor, input: AnyTensor, options: ReduceOptions = NO_OPTIONS): W {
+  reduceScatter(output: AnyTensor, input: AnyTensor, options: ReduceScatterOptions = NO_OPTIONS): W {
     return this.#call("reduceScatter", options, () => {
       const dtype = this.#pair("reduce-scatter", output, input, options);
       const op = opOf("reduce-scatter", options);
       onlyAllReduce("reduce-scatter", options);
-      checkBlocks("reduceScatter", output, input, this.size);
-      return { dtype, op, input, output, count: input.length };
+      if (options.counts === undefined) {
+        checkBlocks("reduceScatter", output, input, this.size);
+        return { dtype, op, input, output, count: input.length };
+      }
+      const counts = this.#counts("reduce-scatter", options.counts, "output", output, "input", input);
+      return { dtype, op, input, output, count: countsSum(counts), counts };
     });
   }
 
-  allToAll(output: AnyTensor, input: AnyTensor, options: AlgorithmOptions = NO_OPTIONS): W {
+  allToAll(output: AnyTensor, input: AnyTensor, options: AllToAllOptions = NO_OPTIONS): W {
     return this.#call("allToAll", options, () => {
       const dtype = this.#pair("all-to-all", output, input, options);
-      checkBlocks("allToAll", output, input, this.size);
-      return { dtype, input, output, count: input.length };
+      const { sendCounts, recvCounts } = options;
+      if (sendCounts === undefined && recvCounts === undefined) {
+        checkBlocks("allToAll", output, input, this.size);
+        return { dtype, input, output, count: input.length };
+      }
+      if (sendCounts === undefined || recvCounts === undefined) {
+        throw new TypeError(
+          `Cannot all-to-all: expected both sendCounts and recvCounts (or neither), found only ` +
+            (sendCounts === undefined ? "recvCounts" : "sendCounts"),
+        );
+      }
+      const send = checkCounts("all-to-all", "sendCounts", sendCounts, this.size);
+      const recv = checkCounts("all-to-all", "recvCounts", recvCounts, this.size);
+      checkCountLength("all-to-all", "input", input, countsSum(send), "the sum of sendCounts");
+      checkCountLength("all-to-all", "output", output, countsSum(recv), "the sum of recvCounts");
+      if (send[this.rank] !== recv[this.rank]) {
+        throw new RangeError(
+          `Cannot all-to-all: this rank (${this.rank}) sends itself sendCounts[${this.rank}] = ` +
+            `${send[this.rank]} elements but receives recvCounts[${this.rank}] = ${recv[this.rank]}`,
+        );
+      }
+      return { dtype, input, output, count: 0, counts: send, recvCounts: recv };
     });
   }
 
-  gather(output: AnyTensor | null, input: AnyTensor, options: RootOptions = NO_OPTIONS): W {
+  gather(output: AnyTensor | null, input: AnyTensor, options: GatherOptions = NO_OPTIONS): W {
     return this.#call("gather", options, () => {
       const root = checkRank("gather", "root", options.root ?? 0, this.size);
       const atRoot = this.rank === root;
@@ -267,12 +305,17 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
       const dtype = atRoot
         ? this.#pair("gather", output as AnyTensor, input, options)
         : this.#dtype("gather", input, "input", options);
-      if (atRoot) checkBlocks("gather", output as AnyTensor, input, this.size);
-      return { dtype, root, input, output: atRoot ? output as AnyTensor : undefined, count: input.length };
+      const out = atRoot ? output as AnyTensor : undefined;
+      if (options.counts === undefined) {
+        if (out) checkBlocks("gather", out, input, this.size);
+        return { dtype, root, input, output: out, count: input.length };
+      }
+      const counts = this.#counts("gather", options.counts, "input", input, "the root's output", out);
+      return { dtype, root, input, output: out, count: countsSum(counts), counts };
     });
   }
 
-  scatter(output: AnyTensor, input: AnyTensor | null, options: RootOptions = NO_OPTIONS): W {
+  scatter(output: AnyTensor, input: AnyTensor | null, options: GatherOptions = NO_OPTIONS): W {
     return this.#call("scatter", options, () => {
       const root = checkRank("scatter", "root", options.root ?? 0, this.size);
       const atRoot = this.rank === root;
@@ -280,8 +323,13 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
       const dtype = atRoot
         ? this.#pair("scatter", output, input as AnyTensor, options)
         : this.#dtype("scatter", output, "output", options);
-      if (atRoot) checkBlocks("scatter", output, input as AnyTensor, this.size);
-      return { dtype, root, input: atRoot ? input as AnyTensor : undefined, output, count: output.length };
+      const all = atRoot ? input as AnyTensor : undefined;
+      if (options.counts === undefined) {
+        if (all) checkBlocks("scatter", output, all, this.size);
+        return { dtype, root, input: all, output, count: output.length };
+      }
+      const counts = this.#counts("scatter", options.counts, "output", output, "the root's input", all);
+      return { dtype, root, input: all, output, count: countsSum(counts), counts };
     });
   }
 
@@ -437,6 +485,24 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
       this.#lastDtype = dtype;
     }
     return dtype;
+  }
+
+  /**
+   * Checks a v-form's `counts` and its tensors: this rank's block holds `counts[rank]` elements, the
+   * n-block buffer (where this rank has it) their sum.
+   */
+  #counts(
+    what: string,
+    counts: readonly number[],
+    ownName: string,
+    own: AnyTensor,
+    wholeName: string,
+    whole: AnyTensor | undefined,
+  ): readonly number[] {
+    const checked = checkCounts(what, "counts", counts, this.size);
+    checkCountLength(what, ownName, own, checked[this.rank], `counts[${this.rank}]`);
+    checkCountLength(what, wholeName, whole, countsSum(checked), "the sum of counts");
+    return checked;
   }
 
   /** The dtype of an out-of-place pair: both checked, and the same. */

@@ -267,6 +267,69 @@ export interface AlgorithmOptions extends CallOptions {
 }
 
 /**
+ * Options of the collectives with a v-form whose blocks are the same list on every rank: `allGather`,
+ * `reduceScatter` (with `op`), `gather` and `scatter` (with `root`). `counts[r]` is rank r's block, in
+ * elements (zeros allowed), torch's `output_split_sizes`/MPI's `recvcounts`: every rank passes the same
+ * list, the n-block buffer holds their sum and rank r's own block `counts[r]` elements.
+ *
+ * @example Eval outputs of different lengths, gathered by every rank
+ * ```ts
+ * import { type CountsOptions, init } from "@dcomm/dcomm";
+ * import assert from "node:assert/strict";
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * const mine = new Float32Array([0.5, 0.25, 1]); // this rank's 3 predictions
+ * const counts = [mine.length]; // every rank's count, e.g. all-gathered first
+ * const options: CountsOptions = { counts };
+ * const all = new Float32Array(counts.reduce((a, b) => a + b, 0));
+ * await pg.allGather(all, mine, options);
+ * assert.deepEqual(all, mine);
+ * ```
+ */
+export interface CountsOptions extends CallOptions {
+  /** Rank r's block, in elements, the same list on every rank. @default equal blocks */
+  counts?: readonly number[];
+  /** The algorithm, or `"auto"`. @default "auto" */
+  algorithm?: string;
+}
+
+/** Options of `reduceScatter`: an op and, for uneven blocks, `counts`. */
+export interface ReduceScatterOptions extends ReduceOptions {
+  /** Rank r's block of the result, in elements, the same list on every rank. @default equal blocks */
+  counts?: readonly number[];
+}
+
+/** Options of `gather` and `scatter`: a root and, for uneven blocks, `counts`. */
+export interface GatherOptions extends RootOptions {
+  /** Rank r's block, in elements, the same list on every rank. @default equal blocks */
+  counts?: readonly number[];
+}
+
+/**
+ * Options of `allToAll`: for uneven blocks (torch's `all_to_all_single` with split sizes, MoE token
+ * routing), `sendCounts[j]` elements of the input go to rank j, in rank order, and `recvCounts[i]`
+ * elements from rank i land in the output, in rank order; rank i's `sendCounts[j]` must equal rank j's
+ * `recvCounts[i]` (a rank that receives more or less than was sent fails the call). Both or neither.
+ *
+ * @example Routing 3 tokens to this rank itself
+ * ```ts
+ * import { type AllToAllOptions, init } from "@dcomm/dcomm";
+ * import assert from "node:assert/strict";
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * const tokens = new Int32Array([7, 8, 9]);
+ * const options: AllToAllOptions = { sendCounts: [3], recvCounts: [3] };
+ * const routed = new Int32Array(3);
+ * await pg.allToAll(routed, tokens, options);
+ * assert.deepEqual(routed, tokens);
+ * ```
+ */
+export interface AllToAllOptions extends AlgorithmOptions {
+  /** Elements for each rank, in rank order (their sum is the input's length). */
+  sendCounts?: readonly number[];
+  /** Elements from each rank, in rank order (their sum is the output's length). */
+  recvCounts?: readonly number[];
+}
+
+/**
  * Options of `newGroup`.
  *
  * @example A sub-group with its own default timeout
@@ -317,11 +380,11 @@ export interface ProcessGroup extends AsyncDisposable {
   /** Reduces every rank's `tensor` into the root's; other ranks' tensors are left unchanged. */
   reduce(tensor: AnyTensor, options?: RootReduceOptions): Work;
   /** Concatenates every rank's `input` into `output` (size × input.length), in rank order. */
-  allGather(output: AnyTensor, input: AnyTensor, options?: AlgorithmOptions): Work;
+  allGather(output: AnyTensor, input: AnyTensor, options?: CountsOptions): Work;
   /** Reduces `input` (size × output.length) across ranks; rank r receives block r in `output`. */
-  reduceScatter(output: AnyTensor, input: AnyTensor, options?: ReduceOptions): Work;
+  reduceScatter(output: AnyTensor, input: AnyTensor, options?: ReduceScatterOptions): Work;
   /** Block j of rank i's `input` lands in block i of rank j's `output` (equal blocks). */
-  allToAll(output: AnyTensor, input: AnyTensor, options?: AlgorithmOptions): Work;
+  allToAll(output: AnyTensor, input: AnyTensor, options?: AllToAllOptions): Work;
   /**
    * Gathers every rank's `input` into the root's `output` (size × input.length elements, in rank order);
    * `output` is `null` on the other ranks (torch's `gather`).
@@ -337,7 +400,7 @@ export interface ProcessGroup extends AsyncDisposable {
    * if (losses) assert.deepEqual(losses, new Float32Array([0.5]));
    * ```
    */
-  gather(output: AnyTensor | null, input: AnyTensor, options?: RootOptions): Work;
+  gather(output: AnyTensor | null, input: AnyTensor, options?: GatherOptions): Work;
   /**
    * Scatters the root's `input` (size × output.length elements): block r lands in rank r's `output`;
    * `input` is `null` on the other ranks (torch's `scatter`).
@@ -353,7 +416,7 @@ export interface ProcessGroup extends AsyncDisposable {
    * assert.deepEqual(shard, new Int32Array([0, 1]));
    * ```
    */
-  scatter(output: AnyTensor, input: AnyTensor | null, options?: RootOptions): Work;
+  scatter(output: AnyTensor, input: AnyTensor | null, options?: GatherOptions): Work;
   /** Resolves once every rank has entered the barrier. */
   barrier(options?: CallOptions): Work;
   /** Sends `tensor` to rank `peer` (within the group). */

@@ -5,6 +5,7 @@
  * @module
  */
 import type { CollectiveContext } from "./comm.ts";
+import type { Blocks } from "./_blocks.ts";
 
 /** The checks of one collective call; every message starts with "Cannot <verb>:". */
 export interface ArgChecks {
@@ -82,4 +83,35 @@ export function rootBlocks(
   if (whole === undefined) throw new RangeError(`Cannot ${what}: the root needs an ${name}, found none`);
   check.blocks(block, whole, { block: what === "gather" ? "input" : "output", whole: name });
   return whole;
+}
+
+/**
+ * Checks a v-form's buffers against its blocks: the rank's own block is `own` bytes (its input or output)
+ * and the n-block buffer holds all of them, each a whole number of elements.
+ *
+ * @param check The call's checks.
+ * @param verb The collective, for messages.
+ * @param block This rank's block buffer.
+ * @param own Its expected bytes.
+ * @param whole The n-block buffer, or undefined where the rank has none.
+ * @param blocks The blocks.
+ * @throws {RangeError} If a length does not fit.
+ */
+export function checkUneven(
+  check: ArgChecks,
+  verb: string,
+  block: Uint8Array,
+  own: number,
+  whole: Uint8Array | undefined,
+  blocks: Blocks,
+): void {
+  check.buffer(block);
+  if (block.length !== own) {
+    throw new RangeError(`Cannot ${verb}: expected this rank's block of ${own} bytes, found ${block.length}`);
+  }
+  if (whole !== undefined && whole.length !== blocks.total) {
+    throw new RangeError(
+      `Cannot ${verb}: expected the n blocks' ${blocks.total} bytes, found ${whole.length}`,
+    );
+  }
 }

@@ -21,6 +21,7 @@
  * @module
  */
 import type { CollectiveContext } from "./comm.ts";
+import type { Blocks } from "./_blocks.ts";
 import {
   binomialBroadcastCost,
   binomialGatherCost,
@@ -104,8 +105,23 @@ export type AllReduceFn = (
   buf: Uint8Array,
   options?: AllReduceOptions,
 ) => Promise<void>;
-/** An all-gather or reduce-scatter or all-to-all algorithm: `input` to `output`. */
-export type BlocksFn = (ctx: CollectiveContext, input: Uint8Array, output: Uint8Array) => Promise<void>;
+/**
+ * An all-gather or reduce-scatter algorithm: `input` to `output`, in equal blocks, or in the uneven
+ * `layout` of the v-form where the descriptor says `uneven`.
+ */
+export type BlocksFn = (
+  ctx: CollectiveContext,
+  input: Uint8Array,
+  output: Uint8Array,
+  layout?: Blocks,
+) => Promise<void>;
+/** An all-to-all algorithm: `input` to `output`, in equal blocks or (`uneven`) the send and receive layouts. */
+export type AllToAllFn = (
+  ctx: CollectiveContext,
+  input: Uint8Array,
+  output: Uint8Array,
+  layout?: { readonly send: Blocks; readonly recv: Blocks },
+) => Promise<void>;
 /** A rooted algorithm (broadcast, reduce): in place on `buf`, around `root`. */
 export type RootedFn = (ctx: CollectiveContext, buf: Uint8Array, root: number) => Promise<void>;
 /** A barrier algorithm. */
@@ -116,6 +132,7 @@ export type GatherFn = (
   input: Uint8Array,
   output: Uint8Array | undefined,
   root: number,
+  layout?: Blocks,
 ) => Promise<void>;
 /** A scatter algorithm: the root's `input` (n blocks; undefined elsewhere), block r to rank r's `output`. */
 export type ScatterFn = (
@@ -123,6 +140,7 @@ export type ScatterFn = (
   input: Uint8Array | undefined,
   output: Uint8Array,
   root: number,
+  layout?: Blocks,
 ) => Promise<void>;
 
 /** The signature of a message algorithm, by collective. */
@@ -137,8 +155,8 @@ export interface MessageRunOf {
   broadcast: RootedFn;
   /** In place, to `root`. */
   reduce: RootedFn;
-  /** `(ctx, input, output)`, equal blocks. */
-  allToAll: BlocksFn;
+  /** `(ctx, input, output, layout?)`, equal blocks or the v-form's. */
+  allToAll: AllToAllFn;
   /** No tensor. */
   barrier: BarrierFn;
   /** `(ctx, input, output, root)`, the root's output = n × input. */
@@ -186,6 +204,8 @@ export interface MessageAlgorithm<C extends Collective = Collective> {
   readonly cost: CostFunction;
   /** One line for docs. */
   readonly summary: string;
+  /** Whether it runs the v-form too (uneven blocks: `counts`, `sendCounts`/`recvCounts`). @default false */
+  readonly uneven?: boolean;
 }
 
 /** The segment algorithm of collective `C`. */
@@ -293,6 +313,7 @@ export const ALGORITHM_DESCRIPTORS = Object.freeze(
       name: "ring",
       collective: "allGather",
       kind: "messages",
+      uneven: true,
       run: ringAllGather,
       cost: ringAllGatherCost,
       summary: "Ring: n−1 pipelined steps of one block",
@@ -318,6 +339,7 @@ export const ALGORITHM_DESCRIPTORS = Object.freeze(
       name: "ring",
       collective: "reduceScatter",
       kind: "messages",
+      uneven: true,
       run: ringReduceScatter,
       cost: ringReduceScatterCost,
       summary: "Ring: the first half of the ring all-reduce, out of place",
@@ -385,6 +407,7 @@ export const ALGORITHM_DESCRIPTORS = Object.freeze(
       name: "pairwise",
       collective: "allToAll",
       kind: "messages",
+      uneven: true,
       run: pairwiseAllToAll,
       cost: pairwiseAllToAllCost,
       summary: "Pairwise exchange (MPICH's long-message all-to-all): n−1 steps, one peer each way",
@@ -419,6 +442,7 @@ export const ALGORITHM_DESCRIPTORS = Object.freeze(
       name: "linear",
       collective: "gather",
       kind: "messages",
+      uneven: true,
       run: linearGather,
       cost: linearGatherCost,
       summary: "Linear (MPICH's long-message gather): every rank sends its block straight to the root",
@@ -444,6 +468,7 @@ export const ALGORITHM_DESCRIPTORS = Object.freeze(
       name: "linear",
       collective: "scatter",
       kind: "messages",
+      uneven: true,
       run: linearScatter,
       cost: linearGatherCost,
       summary: "Linear (MPICH's long-message scatter): the root sends each rank its block directly",

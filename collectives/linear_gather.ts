@@ -11,7 +11,8 @@
  * @module
  */
 import type { CollectiveContext } from "./comm.ts";
-import { argChecks, rootBlocks } from "./_checks.ts";
+import { argChecks, checkUneven, rootBlocks } from "./_checks.ts";
+import { blockOf, type Blocks, equalBlocks } from "./_blocks.ts";
 import { chunks } from "./_layout.ts";
 import { Plan } from "./_schedule.ts";
 
@@ -22,6 +23,7 @@ import { Plan } from "./_schedule.ts";
  * @param input This rank's block.
  * @param output At the root, room for n blocks; elsewhere unused (may be undefined).
  * @param root The group rank that gathers.
+ * @param layout Uneven blocks (the v-form, `counts`), in bytes; equal blocks of the input's size if omitted.
  * @returns When this rank's block is sent (and, at the root, every block is in place).
  * @throws {RangeError} If the lengths do not fit or `root` is not a rank.
  */
@@ -30,19 +32,20 @@ export async function linearGather(
   input: Uint8Array,
   output: Uint8Array | undefined,
   root: number,
+  layout?: Blocks,
 ): Promise<void> {
   const check = argChecks(ctx, "gather");
   check.root(root);
   check.buffer(input, "input");
-  const { rank, size } = ctx.comm, b = input.length;
+  const { rank, size } = ctx.comm;
+  const blocks = layout ?? equalBlocks(size, input.length);
+  if (layout !== undefined) checkUneven(check, "gather", input, blocks.lengths[rank], output, blocks);
   const plan = new Plan(ctx);
   if (rank === root) {
-    const out = rootBlocks(check, "gather", input, output);
-    out.set(input, rank * b);
+    const out = layout === undefined ? rootBlocks(check, "gather", input, output) : output as Uint8Array;
+    blockOf(out, blocks, rank).set(input);
     for (let q = 0; q < size; q++) {
-      if (q !== root) {
-        for (const chunk of chunks(ctx, out.subarray(q * b, (q + 1) * b))) plan.recv(q, chunk);
-      }
+      if (q !== root) { for (const chunk of chunks(ctx, blockOf(out, blocks, q))) plan.recv(q, chunk); }
     }
   } else {
     for (const chunk of chunks(ctx, input)) plan.send(root, chunk);

@@ -12,7 +12,8 @@
  * @module
  */
 import type { CollectiveContext } from "./comm.ts";
-import { argChecks, rootBlocks } from "./_checks.ts";
+import { argChecks, checkUneven, rootBlocks } from "./_checks.ts";
+import { blockOf, type Blocks, equalBlocks } from "./_blocks.ts";
 import { chunks } from "./_layout.ts";
 import { Plan } from "./_schedule.ts";
 
@@ -23,6 +24,7 @@ import { Plan } from "./_schedule.ts";
  * @param input At the root, n blocks; elsewhere unused (may be undefined).
  * @param output This rank's block.
  * @param root The group rank that scatters.
+ * @param layout Uneven blocks (the v-form, `counts`), in bytes; equal blocks of the output's size if omitted.
  * @returns When this rank's block is in place (and, at the root, every block is sent).
  * @throws {RangeError} If the lengths do not fit or `root` is not a rank.
  */
@@ -31,20 +33,21 @@ export async function linearScatter(
   input: Uint8Array | undefined,
   output: Uint8Array,
   root: number,
+  layout?: Blocks,
 ): Promise<void> {
   const check = argChecks(ctx, "scatter");
   check.root(root);
   check.buffer(output, "output");
-  const { rank, size } = ctx.comm, b = output.length;
+  const { rank, size } = ctx.comm;
+  const blocks = layout ?? equalBlocks(size, output.length);
+  if (layout !== undefined) checkUneven(check, "scatter", output, blocks.lengths[rank], input, blocks);
   const plan = new Plan(ctx);
   if (rank === root) {
-    const all = rootBlocks(check, "scatter", output, input);
+    const all = layout === undefined ? rootBlocks(check, "scatter", output, input) : input as Uint8Array;
     for (let q = 0; q < size; q++) {
-      if (q !== root) {
-        for (const chunk of chunks(ctx, all.subarray(q * b, (q + 1) * b))) plan.send(q, chunk);
-      }
+      if (q !== root) { for (const chunk of chunks(ctx, blockOf(all, blocks, q))) plan.send(q, chunk); }
     }
-    output.set(all.subarray(rank * b, (rank + 1) * b));
+    output.set(blockOf(all, blocks, rank));
   } else {
     for (const chunk of chunks(ctx, output)) plan.recv(root, chunk);
   }

@@ -37,6 +37,7 @@ import {
   type AllReduceAlgorithm,
   type AllReduceFn,
   type AllToAllAlgorithm,
+  type AllToAllFn,
   type BarrierAlgorithm,
   type BarrierFn,
   type BlocksFn,
@@ -67,6 +68,7 @@ export type {
   AllReduceAlgorithm,
   AllReduceFn,
   AllToAllAlgorithm,
+  AllToAllFn,
   BarrierAlgorithm,
   BarrierFn,
   BlocksFn,
@@ -83,6 +85,7 @@ export type {
   SegmentPlanOf,
 };
 export type { CollectiveContext, Comm } from "./comm.ts";
+export { type Blocks, blocksOf, equalBlocks } from "./_blocks.ts";
 export type { SegmentContext, SegmentPlan, SegmentState } from "./segment_context.ts";
 export { SegmentPipeline } from "./segment_context.ts";
 export type { SegmentAllReduceOptions } from "./segment_allreduce.ts";
@@ -170,7 +173,7 @@ export const BROADCAST_ALGORITHMS: Readonly<Record<Messages<BroadcastAlgorithm>,
 /** Reduce algorithms by name. */
 export const REDUCE_ALGORITHMS: Readonly<Record<Messages<ReduceAlgorithm>, RootedFn>> = registry("reduce");
 /** All-to-all algorithms by name: `(ctx, input, output)`, equal blocks. */
-export const ALL_TO_ALL_ALGORITHMS: Readonly<Record<Messages<AllToAllAlgorithm>, BlocksFn>> = registry(
+export const ALL_TO_ALL_ALGORITHMS: Readonly<Record<Messages<AllToAllAlgorithm>, AllToAllFn>> = registry(
   "allToAll",
 );
 /** Barrier algorithms by name. */
@@ -197,6 +200,13 @@ export const COST_FUNCTIONS: {
 } = perCollective((list) => Object.freeze(Object.fromEntries(list.map((d) => [d.name, d.cost])))) as {
   readonly [C in Collective]: Readonly<Record<AlgorithmName[C], CostFunction>>;
 };
+
+/**
+ * The algorithms of each collective that run its v-form (uneven blocks), by name, in order of preference.
+ */
+export const UNEVEN_ALGORITHMS: { readonly [C in Collective]: readonly string[] } = perCollective((list) =>
+  Object.freeze(list.flatMap((d) => d.kind === "messages" && d.uneven ? [d.name] : []))
+);
 
 /** A call shape with the constants to price it at. */
 export interface PredictOptions extends CostShape {
@@ -255,6 +265,8 @@ export interface ChooseOptions {
   hosts?: readonly number[];
   /** The constants within a host, with `hosts`. @default `constants` */
   intra?: CostConstants;
+  /** A v-form (uneven blocks): only the algorithms that run it, and never the segment. @default false */
+  uneven?: boolean;
 }
 
 /** Costs within this relative margin count as equal, so that rounding never overrides preference. */
@@ -281,11 +293,12 @@ export function chooseAlgorithm<C extends Collective>(
   options: ChooseOptions,
 ): AlgorithmName[C] {
   const { bytes, size, constants, chunkBytes, servers, hosts, intra } = options;
-  if (runsOnSegment("auto", options.segment ?? false)) return "segment" as AlgorithmName[C];
+  const uneven = options.uneven ?? false;
+  if (!uneven && runsOnSegment("auto", options.segment ?? false)) return "segment" as AlgorithmName[C];
   let best: AlgorithmName[C] | undefined;
   let bestCost = Infinity;
   for (const d of BY_COLLECTIVE[collective]) {
-    if (d.kind === "segment") continue;
+    if (d.kind === "segment" || (uneven && !d.uneven)) continue;
     const cost = d.cost({ size, bytes, chunkBytes, servers, hosts, intra }, constants);
     if (best === undefined || cost < bestCost * (1 - TIE)) {
       best = d.name as AlgorithmName[C];

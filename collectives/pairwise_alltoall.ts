@@ -16,6 +16,7 @@
  */
 import type { CollectiveContext } from "./comm.ts";
 import { argChecks } from "./_checks.ts";
+import { blockOf, type Blocks, checkBlocksFit, equalBlocks } from "./_blocks.ts";
 import { chunks, mod } from "./_layout.ts";
 import { Plan, type Step } from "./_schedule.ts";
 
@@ -25,6 +26,8 @@ import { Plan, type Step } from "./_schedule.ts";
  * @param ctx The group's context; every rank calls with the same length.
  * @param input n equal blocks, block j for rank j.
  * @param output n equal blocks, block i from rank i.
+ * @param layout Uneven blocks (the v-form: `sendCounts`, `recvCounts`), in bytes: the input's, block j for
+ *   rank j, and the output's, block i from rank i; equal blocks if omitted.
  * @returns When this rank's output is complete.
  * @throws {RangeError} If the lengths differ, are not whole elements, or do not split into n blocks.
  */
@@ -32,20 +35,35 @@ export async function pairwiseAllToAll(
   ctx: CollectiveContext,
   input: Uint8Array,
   output: Uint8Array,
+  layout?: { readonly send: Blocks; readonly recv: Blocks },
 ): Promise<void> {
   const check = argChecks(ctx, "all-to-all");
   const { rank, size } = ctx.comm;
-  if (input.length !== output.length || input.length % size !== 0) {
-    throw new RangeError(
-      `Cannot all-to-all: expected input and output of equal length divisible by ${size}, ` +
-        `found ${input.length} and ${output.length}`,
-    );
+  let send: Blocks, recv: Blocks;
+  if (layout === undefined) {
+    if (input.length !== output.length || input.length % size !== 0) {
+      throw new RangeError(
+        `Cannot all-to-all: expected input and output of equal length divisible by ${size}, ` +
+          `found ${input.length} and ${output.length}`,
+      );
+    }
+    const b = input.length / size;
+    check.blocks(input.subarray(0, b), input, { block: "block", whole: "input" });
+    send = recv = equalBlocks(size, b);
+  } else {
+    ({ send, recv } = layout);
+    checkBlocksFit("all-to-all", "input", input, send);
+    checkBlocksFit("all-to-all", "output", output, recv);
+    if (send.lengths[rank] !== recv.lengths[rank]) {
+      throw new RangeError(
+        `Cannot all-to-all: this rank sends itself ${send.lengths[rank]} bytes but receives ` +
+          `${recv.lengths[rank]} from itself`,
+      );
+    }
   }
-  const b = input.length / size;
-  check.blocks(input.subarray(0, b), input, { block: "block", whole: "input" });
-  const block = (buf: Uint8Array, i: number): Uint8Array => buf.subarray(i * b, (i + 1) * b);
-  block(output, rank).set(block(input, rank));
-  if (size === 1 || b === 0) return;
+  blockOf(output, recv, rank).set(blockOf(input, send, rank));
+  // (Uneven blocks go on even when this rank has nothing to move: its peers may.)
+  if (size === 1 || (layout === undefined && send.total === 0)) return;
   const pow2 = (size & (size - 1)) === 0;
   const plan = new Plan(ctx);
   let stage: Step = plan.join([]);
@@ -54,8 +72,8 @@ export async function pairwiseAllToAll(
     const from = pow2 ? rank ^ s : mod(rank - s, size);
     const after = [stage];
     stage = plan.join([
-      ...chunks(ctx, block(input, to)).map((chunk) => plan.send(to, chunk, { after })),
-      ...chunks(ctx, block(output, from)).map((chunk) => plan.recv(from, chunk, { after })),
+      ...chunks(ctx, blockOf(input, send, to)).map((chunk) => plan.send(to, chunk, { after })),
+      ...chunks(ctx, blockOf(output, recv, from)).map((chunk) => plan.recv(from, chunk, { after })),
     ]);
   }
   await plan.run();

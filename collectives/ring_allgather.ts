@@ -5,6 +5,8 @@
  * to its right neighbour and receives block (r − t − 1) from its left. Blocks move in chunks of at most
  * `ctx.chunkBytes`, and chunk c is forwarded as soon as it arrives, so the ring is a pipeline.
  *
+ * Uneven blocks (the all-gather-v) take the same steps, each block its own length.
+ *
  * Bytes each rank sends: (n−1)·b, with b the input bytes and m = n·b the output bytes: (n−1)/n·m.
  *
  * Cost (sim/cost_model.ts `ringAllGatherCost`, m = output bytes), k = ⌈m/(n·chunkBytes)⌉:
@@ -13,7 +15,8 @@
  * @module
  */
 import type { CollectiveContext } from "./comm.ts";
-import { argChecks } from "./_checks.ts";
+import { argChecks, checkUneven } from "./_checks.ts";
+import { blockOf, type Blocks, equalBlocks } from "./_blocks.ts";
 import { chunks, mod } from "./_layout.ts";
 import { Plan, type Step } from "./_schedule.ts";
 
@@ -23,6 +26,7 @@ import { Plan, type Step } from "./_schedule.ts";
  * @param ctx The group's context; every rank calls with the same lengths.
  * @param input This rank's block.
  * @param output n blocks; block r receives rank r's input.
+ * @param layout Uneven blocks (the v-form, `counts`), in bytes; equal blocks of the input's size if omitted.
  * @returns When this rank's output is complete.
  * @throws {RangeError} If `output` is not n × `input` bytes or either is not whole elements.
  */
@@ -30,15 +34,18 @@ export async function ringAllGather(
   ctx: CollectiveContext,
   input: Uint8Array,
   output: Uint8Array,
+  layout?: Blocks,
 ): Promise<void> {
-  argChecks(ctx, "all-gather").blocks(input, output, { block: "input", whole: "output" });
+  const check = argChecks(ctx, "all-gather");
   const { rank, size } = ctx.comm;
-  const b = input.length;
-  output.set(input, rank * b);
-  if (size === 1 || b === 0) return;
+  const blocks = layout ?? equalBlocks(size, input.length);
+  if (layout === undefined) check.blocks(input, output, { block: "input", whole: "output" });
+  else checkUneven(check, "all-gather", input, blocks.lengths[rank], output, blocks);
+  blockOf(output, blocks, rank).set(input);
+  if (size === 1 || blocks.total === 0) return;
   const right = mod(rank + 1, size);
   const left = mod(rank - 1, size);
-  const block = (i: number): Uint8Array[] => chunks(ctx, output.subarray(i * b, (i + 1) * b));
+  const block = (i: number): Uint8Array[] => chunks(ctx, blockOf(output, blocks, i));
   const plan = new Plan(ctx);
   let arrived: Step[] = [];
   for (let t = 0; t < size - 1; t++) {

@@ -16,7 +16,8 @@
  * @module
  */
 import type { CollectiveContext } from "./comm.ts";
-import { argChecks } from "./_checks.ts";
+import { argChecks, checkUneven } from "./_checks.ts";
+import { blockOf, type Blocks, equalBlocks } from "./_blocks.ts";
 import { chunks, EMPTY, mod } from "./_layout.ts";
 import { Plan, type Step } from "./_schedule.ts";
 
@@ -26,6 +27,7 @@ import { Plan, type Step } from "./_schedule.ts";
  * @param ctx The group's context; every rank calls with the same lengths.
  * @param input n blocks, unchanged.
  * @param output One block: the reduction of every rank's block r, on rank r.
+ * @param layout Uneven blocks (the v-form, `counts`), in bytes; equal blocks of the output's size if omitted.
  * @returns When this rank's output is complete.
  * @throws {RangeError} If `input` is not n × `output` bytes or either is not whole elements.
  */
@@ -33,17 +35,22 @@ export async function ringReduceScatter(
   ctx: CollectiveContext,
   input: Uint8Array,
   output: Uint8Array,
+  layout?: Blocks,
 ): Promise<void> {
-  argChecks(ctx, "reduce-scatter").blocks(output, input, { block: "output", whole: "input" });
+  const check = argChecks(ctx, "reduce-scatter");
   const { rank, size } = ctx.comm;
-  const b = output.length;
-  if (size === 1 || b === 0) {
-    output.set(input.subarray(0, b));
+  const blocks = layout ?? equalBlocks(size, output.length);
+  if (layout === undefined) check.blocks(output, input, { block: "output", whole: "input" });
+  else checkUneven(check, "reduce-scatter", output, blocks.lengths[rank], input, blocks);
+  if (size === 1 || blocks.total === 0) {
+    output.set(blockOf(input, blocks, rank));
     return;
   }
   const right = mod(rank + 1, size);
   const left = mod(rank - 1, size);
-  const inputBlock = (i: number): Uint8Array[] => chunks(ctx, input.subarray(i * b, (i + 1) * b));
+  const inputBlock = (i: number): Uint8Array[] => chunks(ctx, blockOf(input, blocks, i));
+  // Two scratch blocks used alternately, each as large as the largest block.
+  const b = Math.max(...blocks.lengths);
   const work = size > 2 ? ctx.scratch(2 * b) : EMPTY;
   const plan = new Plan(ctx);
   let reduced: Uint8Array[] = inputBlock(mod(rank - 1, size));
@@ -53,7 +60,8 @@ export async function ringReduceScatter(
     const prev = arrived;
     const sends = reduced.map((chunk, c) => plan.send(right, chunk, { after: t > 0 ? [prev[c]] : [] }));
     const last = t === size - 2;
-    const target = last ? output : work.subarray((t % 2) * b, (t % 2 + 1) * b);
+    const length = blocks.lengths[mod(rank - 2 - t, size)];
+    const target = last ? output : work.subarray((t % 2) * b, (t % 2) * b + length);
     const bases = inputBlock(mod(rank - 2 - t, size));
     const dst = chunks(ctx, target);
     // This scratch block was filled two steps ago and sent in the previous step: that send goes first.

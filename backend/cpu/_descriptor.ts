@@ -173,7 +173,14 @@ export function describeCall(d: CallDescriptor): string {
   }
   if (rootedCollective(d.collective)) parts.push(`root ${d.root}`);
   if (d.collective === "send" || d.collective === "recv") parts.push(`peer ${d.root}`);
-  if (d.algorithm) parts.push(d.servers ? `${d.algorithm} with ${d.servers} servers` : d.algorithm);
+  // A v-form carries its counts' mark in the servers word (`countsMark`): ps is the only all-reduce with servers.
+  const uneven = d.servers !== 0 && d.collective !== "allReduce";
+  if (uneven) {
+    parts.push(d.collective === "allToAll" ? "uneven counts" : `counts #${d.servers.toString(16)}`);
+  }
+  if (d.algorithm) {
+    parts.push(d.servers && !uneven ? `${d.algorithm} with ${d.servers} servers` : d.algorithm);
+  }
   const stage = d.stage
     ? ` (stage ${d.stage >> 4} of a compressed allReduce, codec ${CODECS[(d.stage & 15) - 1] ?? "?"})`
     : "";

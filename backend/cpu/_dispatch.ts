@@ -10,19 +10,40 @@ import {
   ALL_REDUCE_ALGORITHMS,
   ALL_TO_ALL_ALGORITHMS,
   BARRIER_ALGORITHMS,
+  blocksOf,
   BROADCAST_ALGORITHMS,
   chooseAlgorithm,
   GATHER_ALGORITHMS,
   REDUCE_ALGORITHMS,
   REDUCE_SCATTER_ALGORITHMS,
   SCATTER_ALGORITHMS,
+  UNEVEN_ALGORITHMS,
 } from "../../collectives/mod.ts";
+import { UnsupportedError } from "../../core/errors.ts";
+import { VERB } from "../_front.ts";
 import type { CollectiveContext } from "../../collectives/comm.ts";
 import { type CostConstants, DEFAULT_CONSTANTS, type TransportKind } from "../../sim/cost_model.ts";
 import type { Collective, OpRequest } from "./_protocol.ts";
 
 /** Every algorithm name of every collective, once, in a fixed order: their descriptor codes. */
 export const ALGORITHM_NAMES: readonly string[] = [...new Set(Object.values(ALGORITHMS).flat())];
+
+/**
+ * Checks that an algorithm runs a collective's v-form (uneven `counts`).
+ *
+ * @throws {UnsupportedError} If it does not.
+ */
+export function checkUneven(collective: Collective, name: string): void {
+  if (name === "auto") return;
+  const names = UNEVEN_ALGORITHMS[collective as keyof typeof UNEVEN_ALGORITHMS] ?? [];
+  if (!names.includes(name)) {
+    throw new UnsupportedError(
+      `Cannot ${VERB[collective]} with uneven counts by algorithm "${name}": expected "auto" or one of ${
+        names.map((n) => `"${n}"`).join(", ") || "none"
+      }`,
+    );
+  }
+}
 
 /**
  * Checks an algorithm name for a collective.
@@ -61,10 +82,12 @@ export function resolveAlgorithm(
     servers?: number;
     segment?: boolean;
     hosts?: readonly number[];
+    uneven?: boolean;
   },
 ): string {
   if (collective === "send" || collective === "recv") return "";
   checkAlgorithm(collective, name);
+  if (shape.uneven) checkUneven(collective, name);
   if (name !== "auto") return name;
   // The segment is the choice wherever it is available (`runsOnSegment`, collectives/mod.ts). Between
   // hosts, TCP's constants; within them, shared memory's where the transport has it.
@@ -127,6 +150,7 @@ export function constantsTable(): Readonly<Record<TransportKind, CostConstants>>
  */
 export function modelBytes(op: OpRequest, elemSize: number, size: number): number {
   const bytes = op.count * elemSize;
+  if (op.counts !== undefined) return bytes;
   return op.collective === "allGather" || op.collective === "gather" || op.collective === "scatter"
     ? bytes * size
     : bytes;
@@ -151,6 +175,8 @@ export async function runAlgorithm(
     if (!b) throw new TypeError(`A ${op.collective} call needs ${what}`);
     return b;
   };
+  // A v-form's blocks, in bytes.
+  const layout = op.counts === undefined ? undefined : blocksOf(op.counts, ctx.elemSize);
   switch (op.collective) {
     case "allReduce":
       return await ALL_REDUCE_ALGORITHMS[algorithm as keyof typeof ALL_REDUCE_ALGORITHMS](
@@ -175,18 +201,21 @@ export async function runAlgorithm(
         ctx,
         need(input, "an input"),
         need(output, "an output"),
+        layout,
       );
     case "reduceScatter":
       return await REDUCE_SCATTER_ALGORITHMS[algorithm as keyof typeof REDUCE_SCATTER_ALGORITHMS](
         ctx,
         need(input, "an input"),
         need(output, "an output"),
+        layout,
       );
     case "allToAll":
       return await ALL_TO_ALL_ALGORITHMS[algorithm as keyof typeof ALL_TO_ALL_ALGORITHMS](
         ctx,
         need(input, "an input"),
         need(output, "an output"),
+        layout && { send: layout, recv: blocksOf(op.recvCounts ?? op.counts ?? [], ctx.elemSize) },
       );
     case "barrier":
       return await BARRIER_ALGORITHMS[algorithm as keyof typeof BARRIER_ALGORITHMS](ctx);
@@ -196,6 +225,7 @@ export async function runAlgorithm(
         need(input, "an input"),
         output,
         op.root,
+        layout,
       );
     case "scatter":
       return await SCATTER_ALGORITHMS[algorithm as keyof typeof SCATTER_ALGORITHMS](
@@ -203,6 +233,7 @@ export async function runAlgorithm(
         input,
         need(output, "an output"),
         op.root,
+        layout,
       );
     case "send":
       return await ctx.comm.send(op.root, need(input, "a tensor"));

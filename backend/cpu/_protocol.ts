@@ -70,8 +70,12 @@ export interface OpRequest {
   algorithm: string;
   /** Parameter servers, for the `ps` all-reduce. */
   servers?: number;
-  /** Elements of the tensor (input for allGather/reduceScatter/allToAll). */
+  /** Elements of the tensor (input for allGather/reduceScatter/allToAll; a v-form's n-block buffer). */
   count: number;
+  /** A v-form's blocks, elements per rank (an all-to-all's `sendCounts`). */
+  counts?: readonly number[];
+  /** An uneven all-to-all's `recvCounts`. */
+  recvCounts?: readonly number[];
   /** The input (or the in-place tensor). */
   input?: Region | PointerRegion | PoolRegion;
   /** The output, for out-of-place collectives. */

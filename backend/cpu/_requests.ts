@@ -43,7 +43,7 @@ export type RequestRecord = Float64Array;
  * servers, count, then buffer id, offset and length of the input and of the output (-1 for none), and
  * the timeout. A tensor reached by its address has buffer id -2, its address in place of the offset; a
  * tensor in the pool buffer id -3, its offset in the pool.
- * Calls that resume a segment call, and compressed all-reduces, go by message.
+ * Calls that resume a segment call, compressed all-reduces and v-forms (their counts) go by message.
  *
  * @param op The call.
  * @param algorithms The algorithm names by code ("auto" is -1).
@@ -59,7 +59,9 @@ export function encodeRequest(
 ): boolean {
   const algorithm = op.algorithm === "auto" ? -1 : algorithms.indexOf(op.algorithm);
   if (
-    (algorithm === -1 && op.algorithm !== "auto") || op.resume !== undefined || op.compression !== undefined
+    (algorithm === -1 && op.algorithm !== "auto") || op.resume !== undefined ||
+    op.compression !== undefined ||
+    op.counts !== undefined
   ) return false;
   out[0] = op.id;
   out[1] = op.group;

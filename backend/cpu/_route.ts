@@ -9,9 +9,11 @@
  * @module
  */
 import type { TypedArray } from "../../core/dtype.ts";
-import { runsOnSegment } from "../../collectives/mod.ts";
+import { runsOnSegment, UNEVEN_ALGORITHMS } from "../../collectives/mod.ts";
+import { UnsupportedError } from "../../core/errors.ts";
 import { SEGMENT_GROUPS } from "../../transport/segment.ts";
-import { type CallRecord, compressionUnsupported, narrowUnsupported } from "../_front.ts";
+import { type CallRecord, compressionUnsupported, narrowUnsupported, VERB } from "../_front.ts";
+import { checkUneven } from "./_dispatch.ts";
 import { segmentUnavailable } from "./_segment_call.ts";
 
 /**
@@ -65,7 +67,7 @@ export interface RouteSite {
 /** What of a call its route depends on. */
 export type RoutedCall = Pick<
   CallRecord,
-  "collective" | "algorithm" | "tensor" | "input" | "output" | "compression" | "commDtype"
+  "collective" | "algorithm" | "tensor" | "input" | "output" | "compression" | "commDtype" | "counts"
 >;
 
 /**
@@ -124,6 +126,18 @@ export function route(call: RoutedCall, site: RouteSite): Route {
   if (call.commDtype !== undefined) {
     if (!site.byAddress) throw narrowUnsupported("cpu backend without FFI");
     return CODEC;
+  }
+  if (call.counts !== undefined) {
+    // The v-forms run over messages (their segment plans are not written yet), by an algorithm that
+    // takes uneven blocks.
+    if (call.algorithm === "segment") {
+      throw new UnsupportedError(
+        `Cannot ${VERB[collective]} with uneven counts through the host segment; expected "auto" or one of ` +
+          UNEVEN_ALGORITHMS[collective as keyof typeof UNEVEN_ALGORITHMS].map((n) => `"${n}"`).join(", "),
+      );
+    }
+    checkUneven(collective, call.algorithm);
+    return site.byAddress ? BY_ADDRESS : STAGED;
   }
   const segment = runsOnSegment(call.algorithm, usable);
   const input = inputOf(call);

@@ -239,6 +239,8 @@ export class CpuProcessGroup extends GroupFront {
       algorithm: segment ? "segment" : call.algorithm,
       servers: call.servers,
       count: call.count,
+      counts: call.counts,
+      recvCounts: call.recvCounts,
       timeoutMs: call.timeoutMs,
       commDtype: call.commDtype,
     };

@@ -238,8 +238,9 @@ export class Engine {
       transport: this.#transport.kind,
       chunkBytes: this.#chunkBytes,
       servers: op.servers,
-      segment: group.segment,
+      segment: group.segment && op.counts === undefined,
       hosts: group.hosts,
+      uneven: op.counts !== undefined,
     });
     if (algorithm === "segment") return await this.#runSegment(op, group);
     return await this.#runMessages(op, group, algorithm);

@@ -63,7 +63,7 @@
  */
 import { checkGroupRanks } from "../_checks.ts";
 import { type CallRecord, type Collective, GroupFront, VERB } from "../_front.ts";
-import type { DType, TypedArray } from "../../core/dtype.ts";
+import { type DType, dtypeSize, type TypedArray } from "../../core/dtype.ts";
 import { DistError, MismatchError, UnsupportedError } from "../../core/errors.ts";
 import {
   MPI_ERR_TRUNCATE,
@@ -250,10 +250,10 @@ export class MpiProcessGroup extends GroupFront {
       case "allGather":
       case "reduceScatter":
       case "allToAll":
-        return this.#blocks(call);
+        return call.counts === undefined ? this.#blocks(call) : this.#uneven(call);
       case "gather":
       case "scatter":
-        return this.#rooted(call);
+        return call.counts === undefined ? this.#rooted(call) : this.#uneven(call);
       case "barrier":
         return this.#start(() => {
           const comm = this.#handle();
@@ -437,6 +437,72 @@ export class MpiProcessGroup extends GroupFront {
           gather
             ? mpi.MPI_Igather(at(source), block, dt, at(output), block, dt, root, comm, req)
             : mpi.MPI_Iscatter(at(source), block, dt, at(output), block, dt, root, comm, req),
+      };
+    });
+  }
+
+  /**
+   * The v-forms (`counts`): `MPI_Iallgatherv`, `MPI_Ireduce_scatter`, `MPI_Igatherv`, `MPI_Iscatterv`,
+   * `MPI_Ialltoallv`, their counts and displacements in C int arrays kept until the call ends (so at most
+   * 2^31 - 1 elements in all).
+   */
+  #uneven(call: CallRecord): Work {
+    const { collective, dtype, op, root } = call;
+    const what = VERB[collective];
+    const counts = call.counts as readonly number[];
+    const recvCounts = call.recvCounts ?? counts;
+    for (const list of [counts, recvCounts]) this.#intCount(what, list.reduce((a, b) => a + b, 0));
+    const ints = (list: readonly number[]): Int32Array => Int32Array.from(list);
+    const displs = (list: readonly number[]): Int32Array => {
+      const out = new Int32Array(list.length);
+      for (let i = 1; i < list.length; i++) out[i] = out[i - 1] + list[i - 1];
+      return out;
+    };
+    return this.#start(() => {
+      const mpi = this.#rt.mpi;
+      const dt = MPI_DATATYPE[dtype];
+      const comm = this.#handle();
+      const { empty } = constantPointers();
+      const input = call.input as TypedArray | undefined, output = call.output as TypedArray | undefined;
+      const source = input && output && overlap(input, output) ? input.slice() : input;
+      const at = (t: TypedArray | undefined): Deno.PointerObject => t ? pointerOf(t) : empty;
+      const c = ints(counts), d = displs(counts), rc = ints(recvCounts), rd = displs(recvCounts);
+      const me = this.rank, mpiOp = collective === "reduceScatter" ? this.#rt.op(dtype, op) : 0;
+      const issue = (req: Int32Array): number => {
+        switch (collective) {
+          case "allGather":
+            return mpi.MPI_Iallgatherv(at(source), c[me], dt, at(output), c, d, dt, comm, req);
+          case "reduceScatter":
+            return mpi.MPI_Ireduce_scatter(at(source), at(output), c, dt, mpiOp, comm, req);
+          case "gather":
+            return mpi.MPI_Igatherv(at(source), c[me], dt, at(output), c, d, dt, root, comm, req);
+          case "scatter":
+            return mpi.MPI_Iscatterv(at(source), c, d, dt, at(output), c[me], dt, root, comm, req);
+          default:
+            return mpi.MPI_Ialltoallv(at(source), c, d, dt, at(output), rc, rd, dt, comm, req);
+        }
+      };
+      const names: Record<string, string> = {
+        allGather: "MPI_Iallgatherv",
+        reduceScatter: "MPI_Ireduce_scatter",
+        gather: "MPI_Igatherv",
+        scatter: "MPI_Iscatterv",
+        allToAll: "MPI_Ialltoallv",
+      };
+      const own = collective === "allToAll" ? counts.reduce((a, b) => a + b, 0) : counts[me];
+      return {
+        collective,
+        what: () => this.#describe(what, own, dtype, `of uneven counts [${counts.join(", ")}]`),
+        options: call,
+        bytes: own * dtypeSize(dtype),
+        // The int arrays too: MPI reads them until the call completes.
+        keep: [source, output, c, d, rc, rd].filter((t): t is TypedArray => t !== undefined),
+        chunks: 1,
+        call: names[collective],
+        issue: (_, req) => issue(req),
+        finish: collective === "reduceScatter" && op === "avg" && output
+          ? () => this.#divide(output, dtype)
+          : undefined,
       };
     });
   }

@@ -46,10 +46,14 @@ import { DeviceBuffer } from "../../gpu/device_buffer.ts";
 import { Stream } from "../../gpu/stream.ts";
 import {
   type AllocOptions,
+  type AllToAllOptions,
   type AnyTensor,
+  type CountsOptions,
   type DeviceTensor,
+  type GatherOptions,
   type GroupOptions,
   isDeviceTensor,
+  type ReduceScatterOptions,
 } from "../process_group.ts";
 import { workReport } from "../work.ts";
 import type { Communicator } from "./_communicator.ts";
@@ -225,17 +229,45 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
   override reduce(tensor: AnyTensor, options: NcclRootReduceOptions = {}): NcclWork {
     return super.reduce(tensor, options);
   }
-  /** See `ProcessGroup.allGather`. */
-  override allGather(output: AnyTensor, input: AnyTensor, options: NcclAlgorithmOptions = {}): NcclWork {
+  /** See `ProcessGroup.allGather` (`counts`: a group of sends and receives). */
+  override allGather(
+    output: AnyTensor,
+    input: AnyTensor,
+    options: NcclAlgorithmOptions & CountsOptions = {},
+  ): NcclWork {
     return super.allGather(output, input, options);
   }
   /** See `ProcessGroup.reduceScatter`; `scale` as in {@linkcode NcclProcessGroup.allReduce}. */
-  override reduceScatter(output: AnyTensor, input: AnyTensor, options: NcclReduceOptions = {}): NcclWork {
+  override reduceScatter(
+    output: AnyTensor,
+    input: AnyTensor,
+    options: NcclReduceOptions & ReduceScatterOptions = {},
+  ): NcclWork {
     return super.reduceScatter(output, input, options);
   }
-  /** See `ProcessGroup.allToAll`. */
-  override allToAll(output: AnyTensor, input: AnyTensor, options: NcclAlgorithmOptions = {}): NcclWork {
+  /** See `ProcessGroup.allToAll` (`ncclAlltoAll` from 2.28; uneven counts: a group of sends and receives). */
+  override allToAll(
+    output: AnyTensor,
+    input: AnyTensor,
+    options: NcclAlgorithmOptions & AllToAllOptions = {},
+  ): NcclWork {
     return super.allToAll(output, input, options);
+  }
+  /** See `ProcessGroup.gather` (`ncclGather` from 2.28, grouped sends and receives before). */
+  override gather(
+    output: AnyTensor | null,
+    input: AnyTensor,
+    options: NcclRootOptions & GatherOptions = {},
+  ): NcclWork {
+    return super.gather(output, input, options);
+  }
+  /** See `ProcessGroup.scatter` (`ncclScatter` from 2.28, grouped sends and receives before). */
+  override scatter(
+    output: AnyTensor,
+    input: AnyTensor | null,
+    options: NcclRootOptions & GatherOptions = {},
+  ): NcclWork {
+    return super.scatter(output, input, options);
   }
   /** See `ProcessGroup.barrier`: an all-reduce of one int32 on the device. */
   override barrier(options: NcclCallOptions = {}): NcclWork {
@@ -308,6 +340,36 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
     let operands: Operand[];
     let issue: Issue;
     let bytesSent: number;
+    if (call.counts !== undefined) {
+      // The v-forms: one group of sends and receives (of ncclReduce calls, one per block, for the
+      // reduce-scatter), NCCL having none of its own.
+      requireFeature("sendRecv", version, { what, symbols });
+      const op = collective === "reduceScatter" ? this.#op(what, call.op, scale) : "sum";
+      const input = call.input as AnyTensor | undefined, output = call.output as AnyTensor | undefined;
+      const inp = input && this.#operand(what, input, dtype, { upload: true, download: false });
+      let out: Operand | undefined;
+      try {
+        out = output && this.#operand(what, output, dtype, { upload: false, download: true });
+      } catch (e) {
+        if (inp?.host) this.#ctx.staging.release(inp.host.slot);
+        throw e;
+      }
+      operands = [inp, out].filter((o): o is Operand => o !== undefined);
+      const uneven = { counts: call.counts, recvCounts: call.recvCounts ?? call.counts, root };
+      const [src, dst] = [inp?.pointer ?? null, out?.pointer ?? null];
+      issue = collective === "reduceScatter"
+        ? reducing(
+          op,
+          (s, redOp, comm, stream) =>
+            this.#uneven(s, collective, src, dst, uneven, dtype, comm, stream, redOp),
+        )
+        : (s, comm, stream) => this.#uneven(s, collective, src, dst, uneven, dtype, comm, stream, 0);
+      bytesSent = inp?.bytes ?? 0;
+      return this.#launch(
+        { collective, dtype, count: call.count, operands, issue, bytesSent },
+        this.#how(call),
+      );
+    }
     switch (collective) {
       case "allReduce":
       case "broadcast":
@@ -474,6 +536,83 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
         }
       }
       return s.ncclRecv(dst, n, t, root, comm, stream);
+    });
+  }
+
+  /**
+   * A v-form as one NCCL group: all-gather, gather and scatter as sends and receives of each block,
+   * all-to-all as a send and a receive per peer, reduce-scatter as one `ncclReduce` per block to its rank.
+   *
+   * @param src The input's device pointer (null where this rank has none).
+   * @param dst The output's device pointer (null where this rank has none).
+   * @param uneven Elements per rank (`counts`; an all-to-all's send counts, and `recvCounts`), and the root.
+   * @param redOp The reduce-scatter's op.
+   */
+  #uneven(
+    s: NcclSymbols,
+    collective: Collective,
+    src: Pointer,
+    dst: Pointer,
+    uneven: { counts: readonly number[]; recvCounts: readonly number[]; root: number },
+    dtype: DType,
+    comm: Pointer,
+    stream: Pointer,
+    redOp: number,
+  ): number {
+    const t = ncclDataType(dtype), es = dtypeSize(dtype), me = this.rank, n = this.size;
+    const { counts, recvCounts, root } = uneven;
+    const starts = (list: readonly number[]): number[] => {
+      const out = [0];
+      for (let i = 1; i < list.length; i++) out.push(out[i - 1] + list[i - 1]);
+      return out;
+    };
+    const at = starts(counts), rat = starts(recvCounts);
+    const ok = NcclResult.Success;
+    return this.#grouped(s, () => {
+      let rc: number = ok;
+      const send = (p: Pointer, count: number, peer: number): void => {
+        if (rc === ok && count > 0) rc = s.ncclSend(p, BigInt(count), t, peer, comm, stream);
+      };
+      const recv = (p: Pointer, count: number, peer: number): void => {
+        if (rc === ok && count > 0) rc = s.ncclRecv(p, BigInt(count), t, peer, comm, stream);
+      };
+      switch (collective) {
+        case "allGather":
+          for (let p = 0; p < n; p++) {
+            send(src, counts[me], p);
+            recv(offset(dst, at[p] * es), counts[p], p);
+          }
+          break;
+        case "gather":
+          send(src, counts[me], root);
+          if (me === root) { for (let p = 0; p < n; p++) recv(offset(dst, at[p] * es), counts[p], p); }
+          break;
+        case "scatter":
+          if (me === root) { for (let p = 0; p < n; p++) send(offset(src, at[p] * es), counts[p], p); }
+          recv(dst, counts[me], root);
+          break;
+        case "allToAll":
+          for (let p = 0; p < n; p++) {
+            send(offset(src, at[p] * es), counts[p], p);
+            recv(offset(dst, rat[p] * es), recvCounts[p], p);
+          }
+          break;
+        default:
+          for (let p = 0; p < n && rc === ok; p++) {
+            if (counts[p] === 0) continue;
+            rc = s.ncclReduce(
+              offset(src, at[p] * es),
+              p === me ? dst : null,
+              BigInt(counts[p]),
+              t,
+              redOp,
+              p,
+              comm,
+              stream,
+            );
+          }
+      }
+      return rc;
     });
   }
 

@@ -281,6 +281,91 @@ export const MPI_SYMBOLS = {
     ],
     result: "i32",
   },
+  MPI_Iallgatherv: {
+    // int MPI_Iallgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+    //                     const int recvcounts[], const int displs[], MPI_Datatype recvtype, MPI_Comm comm,
+    //                     MPI_Request *request);
+    parameters: [
+      "pointer", // const void *sendbuf
+      "i32", // int sendcount
+      "i32", // MPI_Datatype sendtype
+      "pointer", // void *recvbuf
+      "buffer", // const int recvcounts[]
+      "buffer", // const int displs[]
+      "i32", // MPI_Datatype recvtype
+      "i32", // MPI_Comm comm
+      "buffer", // MPI_Request *request
+    ],
+    result: "i32",
+  },
+  MPI_Ireduce_scatter: {
+    // int MPI_Ireduce_scatter(const void *sendbuf, void *recvbuf, const int recvcounts[], MPI_Datatype datatype,
+    //                         MPI_Op op, MPI_Comm comm, MPI_Request *request);
+    parameters: [
+      "pointer", // const void *sendbuf
+      "pointer", // void *recvbuf
+      "buffer", // const int recvcounts[]
+      "i32", // MPI_Datatype datatype
+      "i32", // MPI_Op op
+      "i32", // MPI_Comm comm
+      "buffer", // MPI_Request *request
+    ],
+    result: "i32",
+  },
+  MPI_Igatherv: {
+    // int MPI_Igatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+    //                  const int recvcounts[], const int displs[], MPI_Datatype recvtype, int root,
+    //                  MPI_Comm comm, MPI_Request *request);
+    parameters: [
+      "pointer", // const void *sendbuf
+      "i32", // int sendcount
+      "i32", // MPI_Datatype sendtype
+      "pointer", // void *recvbuf (significant at the root only)
+      "buffer", // const int recvcounts[]
+      "buffer", // const int displs[]
+      "i32", // MPI_Datatype recvtype
+      "i32", // int root
+      "i32", // MPI_Comm comm
+      "buffer", // MPI_Request *request
+    ],
+    result: "i32",
+  },
+  MPI_Iscatterv: {
+    // int MPI_Iscatterv(const void *sendbuf, const int sendcounts[], const int displs[], MPI_Datatype sendtype,
+    //                   void *recvbuf, int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm,
+    //                   MPI_Request *request);
+    parameters: [
+      "pointer", // const void *sendbuf (significant at the root only)
+      "buffer", // const int sendcounts[]
+      "buffer", // const int displs[]
+      "i32", // MPI_Datatype sendtype
+      "pointer", // void *recvbuf
+      "i32", // int recvcount
+      "i32", // MPI_Datatype recvtype
+      "i32", // int root
+      "i32", // MPI_Comm comm
+      "buffer", // MPI_Request *request
+    ],
+    result: "i32",
+  },
+  MPI_Ialltoallv: {
+    // int MPI_Ialltoallv(const void *sendbuf, const int sendcounts[], const int sdispls[],
+    //                    MPI_Datatype sendtype, void *recvbuf, const int recvcounts[], const int rdispls[],
+    //                    MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request);
+    parameters: [
+      "pointer", // const void *sendbuf
+      "buffer", // const int sendcounts[]
+      "buffer", // const int sdispls[]
+      "i32", // MPI_Datatype sendtype
+      "pointer", // void *recvbuf
+      "buffer", // const int recvcounts[]
+      "buffer", // const int rdispls[]
+      "i32", // MPI_Datatype recvtype
+      "i32", // MPI_Comm comm
+      "buffer", // MPI_Request *request
+    ],
+    result: "i32",
+  },
   MPI_Reduce_scatter_block: {
     // int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount, MPI_Datatype datatype,
     //                              MPI_Op op, MPI_Comm comm);

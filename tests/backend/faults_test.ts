@@ -90,6 +90,10 @@ const KILLED = [
   ],
   ["shm", "DDP 1-bit buckets"],
   ["tcp", "DDP 1-bit buckets"],
+  ["tcp", "gather"],
+  ["shm", "gather"],
+  ["tcp", "allGatherv"],
+  ["shm", "allGatherv"],
 ];
 for (const [transport, size] of KILLED) {
   Deno.test(`a rank killed mid-collective makes every other rank fail within seconds (${transport}, ${size})`, async () => {
@@ -100,6 +104,8 @@ for (const [transport, size] of KILLED) {
       ? "ddp"
       : size === "DDP 1-bit buckets"
       ? "ddp-1bit"
+      : size === "gather" || size === "allGatherv"
+      ? size
       : "big";
     // hybrid: ranks 0, 1 on one host and 2, 3 on another (shared memory within, TCP between).
     const ranks = await start(
@@ -133,13 +139,33 @@ for (const [transport, size] of KILLED) {
 
 const MISMATCHES = [
   // Over messages: each message's descriptor; a rooted call first agrees on its descriptor (root included).
-  ...["count", "op", "dtype", "collective", "algorithm", "root", "rootEach", "reduceRoot"].map((
-    v,
-  ) => [v, "tcp", "ring"]),
+  ...[
+    "count",
+    "op",
+    "dtype",
+    "collective",
+    "algorithm",
+    "root",
+    "rootEach",
+    "reduceRoot",
+    "counts",
+    "gatherRoot",
+  ]
+    .map((v) => [v, "tcp", "ring"]),
   // Through the host segment: the descriptor in each rank's log is what catches them.
-  ...["count", "op", "dtype", "collective", "algorithm", "root", "rootEach", "reduceRoot"].map((
-    v,
-  ) => [v, "shm", "auto"]),
+  ...[
+    "count",
+    "op",
+    "dtype",
+    "collective",
+    "algorithm",
+    "root",
+    "rootEach",
+    "reduceRoot",
+    "counts",
+    "gatherRoot",
+  ]
+    .map((v) => [v, "shm", "auto"]),
 ];
 for (const [variant, transport, algorithm] of MISMATCHES) {
   Deno.test(`mismatched calls (${variant}, ${transport} ${algorithm}) fail on every rank, naming both ranks and both calls`, async () => {
@@ -161,7 +187,11 @@ for (const [variant, transport, algorithm] of MISMATCHES) {
       assert.match(detail, /rank 1\b/i);
       assert.match(detail, /rank [02]\b/i);
     }
-    assert.match(detail, /(allReduce|broadcast|reduce)\(.*\).*(allReduce|broadcast|reduce)\(/);
+    assert.match(
+      detail,
+      /(allReduce|broadcast|reduce|allGather|gather)\(.*\).*(allReduce|broadcast|reduce|allGather|gather)\(/,
+    );
+    if (variant === "counts") assert.match(detail, /counts #[0-9a-f]+.*counts #[0-9a-f]+/, detail);
     if (/root|Root/.test(variant)) assert.match(detail, /root \d.*root \d/, detail);
     for (const m of messages) assert.match(m, /Mismatched calls|aborted/);
   });

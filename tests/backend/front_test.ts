@@ -53,6 +53,12 @@ function checkShapes(a: Answers, backend: string): void {
     gatherNoOutput: "TypeError",
     scatterNoInput: "TypeError",
     gatherRoot: "RangeError",
+    countsList: "RangeError",
+    countsNegative: "RangeError",
+    countsOwn: "RangeError",
+    countsSum: "RangeError",
+    sendCountsOnly: "TypeError",
+    selfCounts: "RangeError",
     dtypes: "TypeError",
     dtypeOption: "TypeError",
     op: "TypeError",
@@ -75,6 +81,18 @@ function checkShapes(a: Answers, backend: string): void {
   }
   assert.match(a.errors.signal, /expected signal to be an AbortSignal, found an object/);
   assert.match(a.errors.detached, /detached/);
+  assert.match(
+    a.errors.countsList,
+    /^RangeError: Cannot all-gather: expected counts to be 1 integer >= 0 \(one per rank\), found \[8, 1\]/,
+  );
+  assert.match(
+    a.errors.countsOwn,
+    /^RangeError: Cannot all-gather: input must hold counts\[0\] = 8 elements, found 3/,
+  );
+  assert.match(
+    a.errors.countsSum,
+    /^RangeError: Cannot scatter: the root's input must hold the sum of counts = 3/,
+  );
   assert.match(
     a.errors.rootGatherLength,
     /^RangeError: Cannot gather: the root's output must hold 1 × 8 = 8/,

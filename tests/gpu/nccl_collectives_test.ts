@@ -137,6 +137,30 @@ gatedTest(
   },
 );
 
+gatedTest("the v-forms (counts, sendCounts/recvCounts) run as grouped NCCL calls", NCCL_GPU, async () => {
+  await using pg = await oneRank();
+  for (const dtype of ["float32", "int32", "float16"] as const) {
+    const input = rankInput(dtype, N, 0);
+    const copy = identity(input, dtype);
+    using inp = DeviceBuffer.from(input, { dtype });
+    using out = DeviceBuffer.alloc(N, { dtype });
+    const counts = [N];
+    for (
+      const run of [
+        () => pg.allGather(out, inp, { counts }),
+        () => pg.gather(out, inp, { counts }),
+        () => pg.scatter(out, inp, { counts }),
+        () => pg.reduceScatter(out, inp, { counts }),
+        () => pg.allToAll(out, inp, { sendCounts: counts, recvCounts: counts }),
+      ]
+    ) {
+      out.zero();
+      await run();
+      assert.deepEqual(mismatches(out.toArray(), dtype, copy), [], `${run} ${dtype}`);
+    }
+  }
+});
+
 gatedTest("collectives on views and on host arrays of every kind", NCCL_GPU, async () => {
   await using pg = await oneRank();
   using buf = DeviceBuffer.from(new Float32Array(100).map((_, i) => i));

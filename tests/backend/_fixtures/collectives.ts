@@ -8,7 +8,7 @@
  */
 import { type DType, DTYPES, REDUCE_OPS, type ReduceOp } from "../../../core/dtype.ts";
 import type { ProcessGroup } from "../../../backend/process_group.ts";
-import { ALGORITHMS as ALL_ALGORITHMS } from "../../../collectives/mod.ts";
+import { ALGORITHMS as ALL_ALGORITHMS, UNEVEN_ALGORITHMS } from "../../../collectives/mod.ts";
 import { checkReduction, hashBytes, input, makeArray } from "../_reference.ts";
 
 /** One seeded call. */
@@ -24,6 +24,11 @@ export interface Case {
     | "barrier"
     | "gather"
     | "scatter"
+    | "allGatherv"
+    | "reduceScatterv"
+    | "gatherv"
+    | "scatterv"
+    | "allToAllv"
     | "sendrecv";
   algorithm: string;
   dtype: DType;
@@ -138,6 +143,23 @@ export function cases(size: number, profile: string, segment = false): Case[] {
         }
       }
     }
+    // The v-forms: every rank's block its own length (zeros among them), by "auto" and by each algorithm
+    // that takes uneven blocks.
+    for (const collective of ["allGatherv", "reduceScatterv", "gatherv", "scatterv", "allToAllv"] as const) {
+      const base = collective.slice(0, -1) as
+        | "allGather"
+        | "reduceScatter"
+        | "gather"
+        | "scatter"
+        | "allToAll";
+      for (const algorithm of ["auto", ...UNEVEN_ALGORITHMS[base]]) {
+        for (const root of base === "gather" || base === "scatter" ? roots : [0]) {
+          if (count === big && algorithm !== "auto") continue;
+          const op = collective === "reduceScatterv" ? "sum" : "sum";
+          add({ collective, algorithm, dtype: count === big ? "float32" : "int32", op, count: block, root });
+        }
+      }
+    }
     for (const dtype of ["uint32", "bfloat16"] as const) {
       if (count === big && dtype !== "uint32") continue;
       add({ collective: "sendrecv", algorithm: "", dtype, op: "sum", count, root: 0 });
@@ -171,6 +193,44 @@ function concat(dtype: DType, parts: readonly ArrayLike<unknown>[], each: number
   parts.forEach((p, r) =>
     (out as unknown as { set(a: ArrayLike<unknown>, o: number): void }).set(p, r * each)
   );
+  return out;
+}
+
+/**
+ * A v-form case's counts, the same on every rank: rank r's block of about `count` elements (0 to 2·count,
+ * a zero among them when there are 3 ranks or more).
+ */
+export function unevenCounts(id: number, size: number, count: number): number[] {
+  return Array.from(
+    { length: size },
+    (_, r) => r === 1 && size > 2 ? 0 : (id * 7 + r * 13) % (2 * count + 1),
+  );
+}
+
+/** An uneven all-to-all's counts: `send[i][j]` elements from rank i to rank j. */
+export function unevenMatrix(id: number, size: number, count: number): number[][] {
+  return Array.from(
+    { length: size },
+    (_, i) =>
+      Array.from(
+        { length: size },
+        (_, j) => (i + j) % 3 === 1 ? 0 : (id * 5 + i * 11 + j * 3) % (2 * count + 1),
+      ),
+  );
+}
+
+/** Concatenates views of one dtype. */
+function joined(dtype: DType, parts: readonly ArrayBufferView[]): ArrayBufferView {
+  const total = parts.reduce((a, p) => a + (p as unknown as { length: number }).length, 0);
+  const out = makeArray(dtype, total);
+  let at = 0;
+  for (const p of parts) {
+    (out as unknown as { set(a: ArrayLike<unknown>, o: number): void }).set(
+      p as unknown as ArrayLike<unknown>,
+      at,
+    );
+    at += (p as unknown as { length: number }).length;
+  }
   return out;
 }
 
@@ -278,6 +338,63 @@ export async function main(pg: ProcessGroup, ctx: { args: unknown }): Promise<Ra
         if (report) result.algorithms[report.algorithm] = (result.algorithms[report.algorithm] ?? 0) + 1;
         const i = sameBits(out, inputs[c.root].subarray(me * c.count, (me + 1) * c.count));
         if (i >= 0) fail(`byte ${i} differs from block ${me} of the root's input`);
+        break;
+      }
+      case "allGatherv":
+      case "gatherv": {
+        const counts = unevenCounts(c.id, size, c.count);
+        const inputs = counts.map((n, r) => input(c.dtype, c.op, n, c.id, r));
+        const total = counts.reduce((a, b) => a + b, 0);
+        const root = c.collective === "allGatherv" || me === c.root;
+        out = root ? makeArray(c.dtype, total) : undefined;
+        const options = { ...opts, counts, root: c.root };
+        const report = c.collective === "allGatherv"
+          ? await pg.allGather(out as ArrayBufferView as never, inputs[me], options).wait()
+          : await pg.gather(out ?? null, inputs[me], options).wait();
+        if (report) result.algorithms[report.algorithm] = (result.algorithms[report.algorithm] ?? 0) + 1;
+        if (out) {
+          const i = sameBits(out, joined(c.dtype, inputs));
+          if (i >= 0) fail(`byte ${i} differs from the concatenation (counts ${counts})`);
+        }
+        break;
+      }
+      case "scatterv": {
+        const counts = unevenCounts(c.id, size, c.count);
+        const total = counts.reduce((a, b) => a + b, 0);
+        const all = input(c.dtype, c.op, total, c.id, c.root);
+        out = makeArray(c.dtype, counts[me]);
+        const at = counts.slice(0, me).reduce((a, b) => a + b, 0);
+        const report = await pg.scatter(out, me === c.root ? all : null, { ...opts, counts, root: c.root })
+          .wait();
+        if (report) result.algorithms[report.algorithm] = (result.algorithms[report.algorithm] ?? 0) + 1;
+        const i = sameBits(out, all.subarray(at, at + counts[me]));
+        if (i >= 0) fail(`byte ${i} differs from block ${me} of the root's input (counts ${counts})`);
+        break;
+      }
+      case "reduceScatterv": {
+        const counts = unevenCounts(c.id, size, c.count);
+        const total = counts.reduce((a, b) => a + b, 0);
+        const inputs = all(c, total);
+        out = makeArray(c.dtype, counts[me]);
+        const at = counts.slice(0, me).reduce((a, b) => a + b, 0);
+        const report = await pg.reduceScatter(out, inputs[me], { ...opts, op: c.op, counts }).wait();
+        if (report) result.algorithms[report.algorithm] = (result.algorithms[report.algorithm] ?? 0) + 1;
+        const bad = checkReduction(c.dtype, c.op, inputs, out, at);
+        if (bad) fail(`element ${bad.index}: expected ${bad.expected}, got ${bad.got} (counts ${counts})`);
+        break;
+      }
+      case "allToAllv": {
+        const m = unevenMatrix(c.id, size, c.count);
+        const sendCounts = m[me], recvCounts = m.map((row) => row[me]);
+        // Rank i's input: its block for rank j is input(…, seed id + 100·j, rank i).
+        const blockFrom = (i: number, j: number) => input(c.dtype, c.op, m[i][j], c.id + 100 * j, i);
+        const mine = joined(c.dtype, sendCounts.map((_, j) => blockFrom(me, j)));
+        out = makeArray(c.dtype, recvCounts.reduce((a, b) => a + b, 0));
+        const report = await pg.allToAll(out as never, mine as never, { ...opts, sendCounts, recvCounts })
+          .wait();
+        if (report) result.algorithms[report.algorithm] = (result.algorithms[report.algorithm] ?? 0) + 1;
+        const i = sameBits(out, joined(c.dtype, recvCounts.map((_, from) => blockFrom(from, me))));
+        if (i >= 0) fail(`byte ${i} differs from the expected blocks (counts ${JSON.stringify(m)})`);
         break;
       }
       case "barrier":

@@ -37,6 +37,19 @@ try {
       await ddp.synchronize();
       if (step === 0) console.log("STARTED");
     }
+  } else if (mode === "loop" && (variant === "gather" || variant === "allGatherv")) {
+    // A gather to rank 0, or an all-gather of uneven blocks, again and again.
+    const counts = Array.from({ length: pg.size }, (_, r) => (r + 1) << 18);
+    const total = counts.reduce((a, b) => a + b, 0);
+    const input = new Float32Array(variant === "gather" ? 1 << 20 : counts[pg.rank]).fill(1);
+    const output = new Float32Array(variant === "gather" ? (1 << 20) * pg.size : total);
+    const call = () =>
+      variant === "gather"
+        ? pg.gather(pg.rank === 0 ? output : null, input, { root: 0 })
+        : pg.allGather(output, input, { counts });
+    await call();
+    console.log("STARTED");
+    for (;;) await call();
   } else if (mode === "loop") {
     const t = new Float32Array(variant === "small" ? 256 : 4 << 20).fill(1);
     await pg.allReduce(t);
@@ -46,7 +59,21 @@ try {
     const odd = pg.rank === 1;
     const n = odd && variant === "count" ? 4096 : 1024;
     const t = odd && variant === "dtype" ? new Int32Array(n) : new Float32Array(n);
-    if (odd && variant === "collective") await pg.broadcast(t, { root: 0 });
+    if (variant === "counts") {
+      // Rank 1 lists other counts (the same total): the v-forms' descriptors carry their counts.
+      const counts = odd ? [2, 1, 1] : [1, 2, 1];
+      const all = new Float32Array(4);
+      await pg.allGather(all, new Float32Array(counts[pg.rank]), {
+        counts,
+        algorithm: algorithm === "auto" ? "auto" : "ring",
+      });
+    } else if (variant === "gatherRoot") {
+      const root = odd ? 1 : 0;
+      await pg.gather(pg.rank === root ? new Float32Array(3 * n) : null, t, {
+        root,
+        algorithm: algorithm === "ring" ? "linear" : algorithm,
+      });
+    } else if (odd && variant === "collective") await pg.broadcast(t, { root: 0 });
     else if (variant === "root") {
       await pg.broadcast(t, { root: odd ? 1 : 0, algorithm: algorithm === "ring" ? "binomial" : algorithm });
     } else if (variant === "rootEach") {

@@ -200,6 +200,73 @@ async function collectives(g: ProcessGroup, counts: readonly number[], keep: boo
         result.ran++;
       }
       {
+        // The v-forms: rank r's block (r·count + 3) mod (2·count + 1) elements (zeros among them).
+        const counts = Array.from({ length: g.size }, (_, r) => (r * count + 3) % (2 * count + 1));
+        const total = counts.reduce((a, b) => a + b, 0);
+        const offset = counts.slice(0, me).reduce((a, b) => a + b, 0);
+        const own = (r: number, salt: number) => inputs(dtype, "sum", counts[r], salt)[r];
+        {
+          const name = `allGather v ${counts} ${dtype}`;
+          const salt = ++seed;
+          const out = makeArray(dtype, total);
+          await g.allGather(out, own(me, salt), { dtype, counts });
+          const want = makeArray(dtype, total);
+          counts.forEach((_, r) =>
+            (want as unknown as { set(a: ArrayLike<unknown>, o: number): void }).set(
+              own(r, salt) as unknown as ArrayLike<unknown>,
+              counts.slice(0, r).reduce((a, b) => a + b, 0),
+            )
+          );
+          const i = firstDiff(out, want);
+          if (i >= 0) fail(name, `byte ${i} differs from the concatenation`);
+          const root = roots[roots.length - 1];
+          const gathered = me === root ? makeArray(dtype, total) : null;
+          await g.gather(gathered, own(me, salt), { dtype, counts, root });
+          if (gathered && firstDiff(gathered, want) >= 0) fail(`gather v ${counts} ${dtype}`, "differs");
+          const scattered = makeArray(dtype, counts[me]);
+          await g.scatter(scattered, me === root ? want : null, { dtype, counts, root });
+          if (firstDiff(scattered, want.subarray(offset, offset + counts[me]) as TypedArray) >= 0) {
+            fail(`scatter v ${counts} ${dtype}`, "differs");
+          }
+          result.ran += 3;
+        }
+        {
+          const name = `reduceScatter v ${counts} ${dtype}`;
+          const all = inputs(dtype, "sum", total, ++seed);
+          const out = makeArray(dtype, counts[me]);
+          await g.reduceScatter(out, all[me], { dtype, counts });
+          checkReduced(name, dtype, "sum", all, out, offset);
+          result.ran++;
+        }
+        {
+          // Rank i sends rank j (i + 2j) mod 3 elements.
+          const name = `allToAll v ${dtype}`;
+          const m = (i: number, j: number) => (i + 2 * j) % 3;
+          const sendCounts = Array.from({ length: g.size }, (_, j) => m(me, j));
+          const recvCounts = Array.from({ length: g.size }, (_, i) => m(i, me));
+          const value = (i: number, j: number, k: number) => (i * 16 + j * 4 + k) % 100;
+          const mine = makeArray(dtype, sendCounts.reduce((a, b) => a + b, 0));
+          const wanted = makeArray(dtype, recvCounts.reduce((a, b) => a + b, 0));
+          const put = (t: unknown, at: number, v: number) =>
+            (t as { [i: number]: unknown })[at] = typeof (t as { [i: number]: unknown })[0] === "bigint"
+              ? BigInt(v)
+              : v;
+          let at = 0;
+          sendCounts.forEach((n, j) => {
+            for (let k = 0; k < n; k++) put(mine, at++, value(me, j, k));
+          });
+          at = 0;
+          recvCounts.forEach((n, i) => {
+            for (let k = 0; k < n; k++) put(wanted, at++, value(i, me, k));
+          });
+          const out = makeArray(dtype, wanted.length);
+          await g.allToAll(out, mine, { dtype, sendCounts, recvCounts });
+          const i = firstDiff(out, wanted);
+          if (i >= 0) fail(name, `byte ${i} differs from the expected blocks`);
+          result.ran++;
+        }
+      }
+      {
         const name = `allToAll ${count} ${dtype}`;
         const all = inputs(dtype, "sum", count * g.size, ++seed);
         const out = makeArray(dtype, count * g.size);
