@@ -49,6 +49,7 @@ export type {
   DeviceTensor,
   GatherOptions,
   GroupOptions,
+  ObjectRootOptions,
   ProcessGroup,
   ReduceOptions,
   ReduceScatterOptions,

@@ -25,6 +25,7 @@ import {
   type GatherOptions,
   type GroupOptions,
   isDeviceTensor,
+  type ObjectRootOptions,
   type ProcessGroup,
   type ReduceOptions,
   type ReduceScatterOptions,
@@ -32,6 +33,7 @@ import {
   type RootReduceOptions,
 } from "./process_group.ts";
 import { Work } from "./work.ts";
+import { allGatherObject, broadcastObject, gatherObject, scatterObject } from "./_objects.ts";
 
 /** The options of a call made without any: one frozen object, not a new one per call. */
 const NO_OPTIONS: Readonly<Record<never, never>> = Object.freeze({});
@@ -331,6 +333,22 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
       const counts = this.#counts("scatter", options.counts, "output", output, "the root's input", all);
       return { dtype, root, input: all, output, count: countsSum(counts), counts };
     });
+  }
+
+  broadcastObject<T>(value: T, options?: ObjectRootOptions): Promise<T> {
+    return broadcastObject(this, value, options);
+  }
+
+  allGatherObject<T>(value: T, options?: CallOptions): Promise<T[]> {
+    return allGatherObject(this, value, options);
+  }
+
+  gatherObject<T>(value: T, options?: ObjectRootOptions): Promise<T[] | null> {
+    return gatherObject(this, value, options);
+  }
+
+  scatterObject<T>(values: readonly T[] | null, options?: ObjectRootOptions): Promise<T> {
+    return scatterObject(this, values, options);
   }
 
   barrier(options: CallOptions = NO_OPTIONS): W {

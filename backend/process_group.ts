@@ -330,6 +330,24 @@ export interface AllToAllOptions extends AlgorithmOptions {
 }
 
 /**
+ * Options of the object collectives with a root (`broadcastObject`, `gatherObject`, `scatterObject`).
+ *
+ * @example A config from rank 0
+ * ```ts
+ * import { init, type ObjectRootOptions } from "@dcomm/dcomm";
+ * import assert from "node:assert/strict";
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * const options: ObjectRootOptions = { root: 0, timeoutMs: 30_000 };
+ * const config = await pg.broadcastObject(pg.rank === 0 ? { lr: 0.1, layers: [784, 10] } : null, options);
+ * assert.deepEqual(config, { lr: 0.1, layers: [784, 10] });
+ * ```
+ */
+export interface ObjectRootOptions extends CallOptions {
+  /** The root rank, within the group. @default 0 */
+  root?: number;
+}
+
+/**
  * Options of `newGroup`.
  *
  * @example A sub-group with its own default timeout
@@ -417,6 +435,61 @@ export interface ProcessGroup extends AsyncDisposable {
    * ```
    */
   scatter(output: AnyTensor, input: AnyTensor | null, options?: GatherOptions): Work;
+  /**
+   * The root's object on every rank (torch's `broadcast_object_list`): any structured-clone value
+   * (objects, arrays, strings, numbers, bigints, Maps, Sets, Dates, TypedArrays), serialised on the root
+   * and sent as its length, then its bytes; every rank gets a copy (the root too).
+   *
+   * @example Rank 0's data split, on every rank
+   * ```ts
+   * import { init } from "@dcomm/dcomm";
+   * import assert from "node:assert/strict";
+   * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+   * const split = await pg.broadcastObject(pg.rank === 0 ? { train: [0, 1, 2], test: [3] } : null);
+   * assert.deepEqual(split.test, [3]);
+   * ```
+   */
+  broadcastObject<T>(value: T, options?: ObjectRootOptions): Promise<T>;
+  /**
+   * Every rank's object on every rank, in rank order (torch's `all_gather_object`).
+   *
+   * @example Every rank's metrics
+   * ```ts
+   * import { init } from "@dcomm/dcomm";
+   * import assert from "node:assert/strict";
+   * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+   * const all = await pg.allGatherObject({ rank: pg.rank, loss: 0.25 });
+   * assert.deepEqual(all, [{ rank: 0, loss: 0.25 }]);
+   * ```
+   */
+  allGatherObject<T>(value: T, options?: CallOptions): Promise<T[]>;
+  /**
+   * Every rank's object on the root, in rank order, `null` elsewhere (torch's `gather_object`).
+   *
+   * @example Eval results on rank 0
+   * ```ts
+   * import { init } from "@dcomm/dcomm";
+   * import assert from "node:assert/strict";
+   * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+   * const results = await pg.gatherObject({ correct: 93, seen: 100 }, { root: 0 });
+   * if (pg.rank === 0) assert.deepEqual(results, [{ correct: 93, seen: 100 }]);
+   * ```
+   */
+  gatherObject<T>(value: T, options?: ObjectRootOptions): Promise<T[] | null>;
+  /**
+   * Object r of the root's list on rank r; `null` on the other ranks (torch's `scatter_object_list`).
+   *
+   * @example Each rank's shard of file names
+   * ```ts
+   * import { init } from "@dcomm/dcomm";
+   * import assert from "node:assert/strict";
+   * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+   * const shards = pg.rank === 0 ? Array.from({ length: pg.size }, (_, r) => [`part-${r}.bin`]) : null;
+   * const mine = await pg.scatterObject(shards, { root: 0 });
+   * assert.deepEqual(mine, ["part-0.bin"]);
+   * ```
+   */
+  scatterObject<T>(values: readonly T[] | null, options?: ObjectRootOptions): Promise<T>;
   /** Resolves once every rank has entered the barrier. */
   barrier(options?: CallOptions): Work;
   /** Sends `tensor` to rank `peer` (within the group). */

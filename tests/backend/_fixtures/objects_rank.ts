@@ -1,0 +1,105 @@
+/**
+ * A rank of the object collectives' tests: each collective with objects of every kind structured clone
+ * takes (nested objects, Maps, bigints, TypedArrays, a 1 MiB string), roots 0 and size − 1, and the
+ * error cases. Runs as a thread (`main`) or a launched process (prints `RESULT {json}`).
+ *
+ * @module
+ */
+import assert from "node:assert/strict";
+import type { ProcessGroup } from "../../../backend/process_group.ts";
+
+/** What a rank reports. */
+export interface ObjectsResult {
+  rank: number;
+  failures: string[];
+  ran: number;
+}
+
+/** Rank r's object: of a different size on every rank (some empty). */
+function objectOf(r: number): unknown {
+  return {
+    rank: r,
+    name: "x".repeat(r * 3),
+    tags: new Set(Array.from({ length: r }, (_, i) => `t${i}`)),
+    weights: new Float32Array(r).fill(r / 2),
+    big: BigInt(r) ** 20n,
+    nested: { map: new Map([[r, [r, r + 1]]]), when: new Date(r * 1000) },
+  };
+}
+
+/** Runs every case on this rank. */
+export async function main(pg: ProcessGroup): Promise<ObjectsResult> {
+  const result: ObjectsResult = { rank: pg.rank, failures: [], ran: 0 };
+  const check = async (name: string, body: () => Promise<void>): Promise<void> => {
+    try {
+      await body();
+    } catch (e) {
+      result.failures.push(`rank ${pg.rank}: ${name}: ${(e as Error).message}`);
+    }
+    result.ran++;
+  };
+  const n = pg.size, me = pg.rank;
+  for (const root of new Set([0, n - 1])) {
+    await check(`broadcastObject root ${root}`, async () => {
+      const got = await pg.broadcastObject(me === root ? objectOf(root) : null, { root });
+      assert.deepEqual(got, objectOf(root));
+    });
+    await check(`gatherObject root ${root}`, async () => {
+      const got = await pg.gatherObject(objectOf(me), { root });
+      if (me === root) assert.deepEqual(got, Array.from({ length: n }, (_, r) => objectOf(r)));
+      else assert.equal(got, null);
+    });
+    await check(`scatterObject root ${root}`, async () => {
+      const all = me === root ? Array.from({ length: n }, (_, r) => objectOf(r)) : null;
+      assert.deepEqual(await pg.scatterObject(all, { root }), objectOf(me));
+    });
+  }
+  await check("allGatherObject", async () => {
+    assert.deepEqual(
+      await pg.allGatherObject(objectOf(me)),
+      Array.from({ length: n }, (_, r) => objectOf(r)),
+    );
+  });
+  await check("broadcastObject of 1 MiB", async () => {
+    const big = "ab".repeat(1 << 19);
+    assert.equal(await pg.broadcastObject(me === 0 ? big : ""), big);
+  });
+  await check("an object that cannot be serialised fails every rank alike", async () => {
+    const bad = me === n - 1 ? { f: () => 1 } : { ok: true };
+    await assert.rejects(pg.allGatherObject(bad), (e: Error) => {
+      assert.equal(e.name, "TypeError");
+      assert.match(e.message, /^Cannot allGatherObject: /);
+      assert.match(
+        e.message,
+        new RegExp(me === n - 1 ? "cannot be serialised \\(structured clone\\)" : `rank ${n - 1}'s object`),
+      );
+      return true;
+    });
+  });
+  await check("the root's unserialisable object fails every rank of a broadcast", async () => {
+    await assert.rejects(
+      pg.broadcastObject(me === 0 ? Symbol("no") : null),
+      /^TypeError: Cannot broadcastObject: /,
+    );
+  });
+  await check("scatterObject's root needs one object per rank", async () => {
+    if (me !== 0) return;
+    await assert.rejects(
+      pg.scatterObject([1, 2, 3, 4, 5, 6, 7, 8, 9].slice(0, n + 1)),
+      /one object per rank/,
+    );
+  });
+  // The group still works after the errors.
+  await check("after the errors", async () => {
+    assert.deepEqual(await pg.allGatherObject(me), Array.from({ length: n }, (_, r) => r));
+  });
+  return result;
+}
+
+if (import.meta.main) {
+  const { init } = await import("../../../backend/init.ts");
+  const pg = await init(Deno.args[0] === "mpi" ? { backend: "mpi" } : {});
+  const result = await main(pg);
+  console.log("RESULT " + JSON.stringify(result));
+  await pg.close();
+}
