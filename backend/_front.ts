@@ -335,7 +335,7 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
     });
   }
 
-  broadcastObject<T>(value: T, options?: ObjectRootOptions): Promise<T> {
+  broadcastObject<T>(value: T | null, options?: ObjectRootOptions): Promise<T> {
     return broadcastObject(this, value, options);
   }
 

@@ -57,13 +57,13 @@ function checkLengths(what: string, lengths: Float64Array, mine: Error | undefin
  * The root's object on every rank.
  *
  * @param pg The group.
- * @param value The object (read on the root only).
+ * @param value The object (read on the root only; `null` elsewhere).
  * @param options The root, timeout and signal.
  * @returns The root's object, deserialised (on the root too: a copy).
  */
 export async function broadcastObject<T>(
   pg: ProcessGroup,
-  value: T,
+  value: T | null,
   options: ObjectRootOptions = {},
 ): Promise<T> {
   const what = "broadcastObject", root = options.root ?? 0, o = callOptions(options);

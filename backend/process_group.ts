@@ -449,7 +449,7 @@ export interface ProcessGroup extends AsyncDisposable {
    * assert.deepEqual(split.test, [3]);
    * ```
    */
-  broadcastObject<T>(value: T, options?: ObjectRootOptions): Promise<T>;
+  broadcastObject<T>(value: T | null, options?: ObjectRootOptions): Promise<T>;
   /**
    * Every rank's object on every rank, in rank order (torch's `all_gather_object`).
    *
