@@ -55,6 +55,7 @@ export type {
   ReduceScatterOptions,
   RootOptions,
   RootReduceOptions,
+  SplitOptions,
   Tensor,
 } from "./backend/process_group.ts";
 export { Work, type WorkReport } from "./backend/work.ts";

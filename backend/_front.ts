@@ -31,6 +31,7 @@ import {
   type ReduceScatterOptions,
   type RootOptions,
   type RootReduceOptions,
+  type SplitOptions,
 } from "./process_group.ts";
 import { Work } from "./work.ts";
 import { allGatherObject, broadcastObject, gatherObject, scatterObject } from "./_objects.ts";
@@ -394,6 +395,55 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
   }
 
   abstract newGroup(ranks: readonly number[], options?: GroupOptions): Promise<ProcessGroup>;
+
+  /**
+   * A sub-group of `ranks` (checked, distinct), numbered in the order given: what `newGroup` does with
+   * its sorted ranks, and `split` with ranks in key order. Every rank of this group calls it with the same
+   * list, in the same order relative to its other calls.
+   *
+   * @param ranks The members, as ranks of this group, in the sub-group's order.
+   * @param options Its options.
+   * @returns The sub-group (rank -1 on the ranks outside it).
+   */
+  protected abstract groupInOrder(ranks: readonly number[], options: GroupOptions): Promise<ProcessGroup>;
+
+  async split(color: number | null, options: SplitOptions = {}): Promise<ProcessGroup | null> {
+    const what = "split";
+    if (this.isClosed) throw new DistError(`Cannot ${what}: the process group is closed`);
+    if (this.rank < 0) {
+      throw new RangeError(`Cannot ${what}: this rank is not a member of ${this.describe()}`);
+    }
+    const none = color === null || color === undefined || (typeof color === "number" && color < 0);
+    if (!none && !(Number.isInteger(color) && (color as number) <= 2 ** 31 - 1)) {
+      throw new RangeError(
+        `Cannot ${what}: expected color to be an integer >= 0 (or null or < 0 for no group), found ${
+          describeValue(color)
+        }`,
+      );
+    }
+    const key = options.key ?? 0;
+    if (!Number.isInteger(key) || Math.abs(key) > 2 ** 31) {
+      throw new RangeError(`Cannot ${what}: expected key to be an integer, found ${describeValue(key)}`);
+    }
+    // One all-gather of every rank's (color, key): then every rank forms every colour's group, in colour
+    // order, and keeps its own.
+    const pairs = new Float64Array(2 * this.size);
+    await this.allGather(pairs, new Float64Array([none ? -1 : color as number, key]), {
+      timeoutMs: options.timeoutMs,
+    });
+    const colours = [...new Set(Array.from({ length: this.size }, (_, r) => pairs[2 * r]))]
+      .filter((c) => c >= 0)
+      .sort((a, b) => a - b);
+    let mine: ProcessGroup | null = null;
+    for (const c of colours) {
+      const members = Array.from({ length: this.size }, (_, r) => r)
+        .filter((r) => pairs[2 * r] === c)
+        .sort((a, b) => pairs[2 * a + 1] - pairs[2 * b + 1] || a - b);
+      const group = await this.groupInOrder(members, { timeoutMs: options.groupTimeoutMs });
+      if (c === color) mine = group;
+    }
+    return mine;
+  }
   abstract alloc(count: number, options?: AllocOptions): TypedArray;
   abstract release(tensor: TypedArray): void;
   abstract close(): Promise<void>;

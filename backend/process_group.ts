@@ -348,6 +348,28 @@ export interface ObjectRootOptions extends CallOptions {
 }
 
 /**
+ * Options of `split`.
+ *
+ * @example Two halves, each numbered by descending rank
+ * ```ts
+ * import { init, type SplitOptions } from "@dcomm/dcomm";
+ * import assert from "node:assert/strict";
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * const options: SplitOptions = { key: -pg.rank };
+ * const half = await pg.split(pg.rank < pg.size / 2 ? 0 : 1, options);
+ * assert.deepEqual(half?.ranks, [0]);
+ * ```
+ */
+export interface SplitOptions {
+  /** Orders the ranks of a colour (ascending; ties by rank). @default 0 */
+  key?: number;
+  /** The timeout of the exchange of colours and keys. @default the group's */
+  timeoutMs?: number;
+  /** The new groups' default timeout. @default the parent's */
+  groupTimeoutMs?: number;
+}
+
+/**
  * Options of `newGroup`.
  *
  * @example A sub-group with its own default timeout
@@ -512,6 +534,22 @@ export interface ProcessGroup extends AsyncDisposable {
    * @throws {RangeError} If `ranks` is empty, holds a rank outside 0..size-1, or lists a rank twice.
    */
   newGroup(ranks: readonly number[], options?: GroupOptions): Promise<ProcessGroup>;
+  /**
+   * Splits this group by colour (MPI's `MPI_Comm_split`, torch's `split_group`), in one collective call:
+   * every rank passes its colour (an integer >= 0, or `null` or a negative number for no group) and a key;
+   * the ranks of a colour form a group ordered by key, then by rank. Every rank of this group must call it.
+   *
+   * @example Even and odd ranks
+   * ```ts
+   * import { init } from "@dcomm/dcomm";
+   * import assert from "node:assert/strict";
+   * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+   * await using parity = await pg.split(pg.rank % 2);
+   * assert.deepEqual(parity?.ranks, [0]);
+   * assert.equal(await pg.split(null), null); // no group for this rank
+   * ```
+   */
+  split(color: number | null, options?: SplitOptions): Promise<ProcessGroup | null>;
   /**
    * A zeroed tensor of `count` elements for this group's collectives. On the cpu backend over shared
    * memory with a pool (`init({ segment: { poolBytes } })`) it lives in this rank's pool in the host

@@ -121,8 +121,15 @@ export class CpuProcessGroup extends GroupFront {
   }
 
   async newGroup(ranks: readonly number[], options: GroupOptions = {}): Promise<ProcessGroup> {
+    // (A closed group says so first, in groupInOrder.)
+    return await this.groupInOrder(this.isClosed ? [...ranks] : checkGroupRanks(ranks, this.size), options);
+  }
+
+  protected override async groupInOrder(
+    sorted: readonly number[],
+    options: GroupOptions,
+  ): Promise<ProcessGroup> {
     if (this.isClosed) throw new DistError("Cannot create a group: the process group is closed");
-    const sorted = checkGroupRanks(ranks, this.size);
     const id = this.#engine.nextGroupId++;
     const global = sorted.map((r) => this.ranks[r]);
     const timeoutMs = options.timeoutMs ?? this.#timeoutMs;

@@ -533,11 +533,19 @@ export class MpiProcessGroup extends GroupFront {
    * @throws {TimeoutError} If the other ranks do not call it in time.
    */
   async newGroup(ranks: readonly number[], options: GroupOptions = {}): Promise<MpiProcessGroup> {
+    // (A closed group or a non-member says so first, in groupInOrder.)
+    const sorted = this.rank >= 0 && !this.isClosed ? checkGroupRanks(ranks, this.size) : [...ranks];
+    return await this.groupInOrder(sorted, options);
+  }
+
+  protected override async groupInOrder(
+    sorted: readonly number[],
+    options: GroupOptions,
+  ): Promise<MpiProcessGroup> {
     if (this.isClosed) throw new DistError("Cannot create a group: the process group is closed");
     if (this.rank < 0) {
       throw new RangeError(`Cannot create a group: this rank is not a member of ${this.describe()}`);
     }
-    const sorted = checkGroupRanks(ranks, this.size);
     const timeoutMs = options.timeoutMs ?? this.#timeoutMs;
     if (!(timeoutMs > 0)) {
       throw new RangeError(`Invalid timeoutMs: expected a number > 0, found ${timeoutMs}`);

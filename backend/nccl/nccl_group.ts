@@ -716,7 +716,15 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
    */
   async newGroup(ranks: readonly number[], options: GroupOptions = {}): Promise<NcclProcessGroup> {
     this.#member("create a group");
-    const sorted = checkGroupRanks(ranks, this.size);
+    return await this.groupInOrder(checkGroupRanks(ranks, this.size), options);
+  }
+
+  /** @internal A group of `sorted` in that order (`split`'s keys), every rank of this group calling. */
+  protected override async groupInOrder(
+    sorted: readonly number[],
+    options: GroupOptions,
+  ): Promise<NcclProcessGroup> {
+    this.#member("create a group");
     const { version, symbols } = this.#ctx.library;
     requireFeature("commSplit", version, { what: "create a group", symbols });
     const comm = this.#ready("create a group");
@@ -726,7 +734,8 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
     // Pending collectives of the parent must be queued before the split (NCCL orders them itself).
     // The child gets the same config fields (CTA counts, ...) as the world.
     const config = this.#ctx.tuning.config as NcclConfigOptions;
-    const child = await comm.split(member, this.rank, { config, timeoutMs });
+    // The key orders the child's ranks: this rank's place in the list.
+    const child = await comm.split(member, Math.max(0, sorted.indexOf(this.rank)), { config, timeoutMs });
     const me = this.ranks[this.rank];
     const group = new NcclProcessGroup({
       rank: this.#ctx,

@@ -18,14 +18,14 @@ function check(results: ObjectsResult[], size: number): void {
 }
 
 for (const size of [1, 2, 3, 5]) {
-  Deno.test(`object collectives on ${size} threads`, async () => {
+  Deno.test(`object collectives and split on ${size} threads`, async () => {
     const results = await spawnThreads(FIXTURE, { worldSize: size, timeoutMs: 60_000 });
     check(results as ObjectsResult[], size);
   });
 }
 
 for (const transport of ["tcp", "shm"]) {
-  Deno.test(`object collectives on 3 processes over ${transport}`, async () => {
+  Deno.test(`object collectives and split on 3 processes over ${transport}`, async () => {
     const results = await launchedResults<ObjectsResult>(
       FIXTURE.pathname,
       3,
@@ -36,7 +36,7 @@ for (const transport of ["tcp", "shm"]) {
   });
 }
 
-gatedTest("object collectives on the mpi backend, 3 ranks under mpiexec", {
+gatedTest("object collectives and split on the mpi backend, 3 ranks under mpiexec", {
   missing: hasCommand("mpiexec") ? undefined : "mpiexec not found (apt-get install mpich libmpich-dev)",
   ciCanSatisfy: true,
 }, async () => {

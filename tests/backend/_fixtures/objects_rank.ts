@@ -1,7 +1,8 @@
 /**
  * A rank of the object collectives' tests: each collective with objects of every kind structured clone
  * takes (nested objects, Maps, bigints, TypedArrays, a 1 MiB string), roots 0 and size − 1, and the
- * error cases. Runs as a thread (`main`) or a launched process (prints `RESULT {json}`).
+ * error cases; then `split` (colours, keys, ranks without a group). Runs as a thread (`main`) or a
+ * launched process (prints `RESULT {json}`; `mpi` as its argument: the mpi backend).
  *
  * @module
  */
@@ -92,6 +93,34 @@ export async function main(pg: ProcessGroup): Promise<ObjectsResult> {
   // The group still works after the errors.
   await check("after the errors", async () => {
     assert.deepEqual(await pg.allGatherObject(me), Array.from({ length: n }, (_, r) => r));
+  });
+  await check("split by parity, keys descending, the last rank without a group", async () => {
+    const color = me === n - 1 && n > 2 ? null : me % 2;
+    const g = await pg.split(color, { key: -me });
+    if (color === null) {
+      assert.equal(g, null);
+      return;
+    }
+    assert.ok(g);
+    const want = Array.from({ length: n }, (_, r) => r)
+      .filter((r) => !(r === n - 1 && n > 2) && r % 2 === color)
+      .sort((a, b) => b - a)
+      .map((r) => pg.ranks[r]);
+    assert.deepEqual(g.ranks, want);
+    assert.equal(g.rank, want.indexOf(pg.ranks[me]));
+    // A collective in each group: the sum of its members' global ranks, and a gather in key order.
+    const t = new Float64Array([pg.ranks[me]]);
+    await g.allReduce(t);
+    assert.equal(t[0], want.reduce((a, b) => a + b, 0));
+    assert.deepEqual(await g.allGatherObject(pg.ranks[me]), want);
+    await g.close();
+  });
+  await check("split's bad colours and keys", async () => {
+    await assert.rejects(pg.split(1.5), /^RangeError: Cannot split: expected color to be an integer >= 0/);
+    await assert.rejects(
+      pg.split(0, { key: 0.5 }),
+      /^RangeError: Cannot split: expected key to be an integer/,
+    );
   });
   return result;
 }
