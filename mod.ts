@@ -50,6 +50,7 @@ export type {
   GatherOptions,
   GroupOptions,
   ObjectRootOptions,
+  P2POp,
   ProcessGroup,
   ReduceOptions,
   ReduceScatterOptions,

@@ -26,6 +26,7 @@ import {
   type GroupOptions,
   isDeviceTensor,
   type ObjectRootOptions,
+  type P2POp,
   type ProcessGroup,
   type ReduceOptions,
   type ReduceScatterOptions,
@@ -372,6 +373,44 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
       tensor,
       count: tensor.length,
     }));
+  }
+
+  batchIsendIrecv(ops: readonly P2POp[], options: CallOptions = NO_OPTIONS): W[] {
+    const what = "batchIsendIrecv";
+    if (!Array.isArray(ops) || ops.length === 0) {
+      throw new TypeError(
+        `Cannot ${what}: expected a non-empty array of { op: "send" | "recv", tensor, peer }, found ` +
+          describeValue(ops),
+      );
+    }
+    // Every op is checked before any is issued, so a bad one sends nothing.
+    ops.forEach((o, i) => {
+      if (o === null || typeof o !== "object" || (o.op !== "send" && o.op !== "recv")) {
+        throw new TypeError(
+          `Cannot ${what}: expected ops[${i}] to be { op: "send" | "recv", tensor, peer }, found ` +
+            describeValue(o?.op ?? o),
+        );
+      }
+      checkPeer(`${what} (ops[${i}], a ${o.op})`, o.peer, this);
+      this.#dtype(`${what} (ops[${i}], a ${o.op})`, o.tensor, "tensor", { dtype: o.dtype ?? options.dtype });
+    });
+    return this.runBatch(ops, options);
+  }
+
+  /**
+   * Issues a checked batch of sends and receives: by default each as its own call, in order (they
+   * overlap: none waits for another); the nccl backend groups them (`ncclGroupStart`/`ncclGroupEnd`),
+   * which NCCL needs for sends and receives that pair up both ways.
+   *
+   * @param ops The checked operations.
+   * @param options Their common options.
+   * @returns One Work per operation.
+   */
+  protected runBatch(ops: readonly P2POp[], options: CallOptions): W[] {
+    return ops.map((o) => {
+      const own = o.dtype === undefined ? options : { ...options, dtype: o.dtype };
+      return o.op === "send" ? this.send(o.tensor, o.peer, own) : this.recv(o.tensor, o.peer, own);
+    });
   }
 
   /**

@@ -370,6 +370,34 @@ export interface SplitOptions {
 }
 
 /**
+ * One operation of `batchIsendIrecv` (torch's `P2POp`).
+ *
+ * @example A ring exchange: send to the next rank, receive from the previous, in one batch
+ * ```ts
+ * import { init, type P2POp } from "@dcomm/dcomm";
+ * import assert from "node:assert/strict";
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * if (pg.size > 1) {
+ *   const next = (pg.rank + 1) % pg.size, prev = (pg.rank + pg.size - 1) % pg.size;
+ *   const out = new Float32Array([pg.rank]), got = new Float32Array(1);
+ *   const ops: P2POp[] = [{ op: "send", tensor: out, peer: next }, { op: "recv", tensor: got, peer: prev }];
+ *   await Promise.all(pg.batchIsendIrecv(ops).map((w) => w.wait()));
+ *   assert.equal(got[0], prev);
+ * }
+ * ```
+ */
+export interface P2POp {
+  /** A send to `peer`, or a receive from it. */
+  op: "send" | "recv";
+  /** The tensor sent, or received into. */
+  tensor: AnyTensor;
+  /** The other rank, within the group. */
+  peer: number;
+  /** The dtype, for a `Uint16Array` holding float16 or bfloat16. @default inferred */
+  dtype?: DType;
+}
+
+/**
  * Options of `newGroup`.
  *
  * @example A sub-group with its own default timeout
@@ -518,6 +546,20 @@ export interface ProcessGroup extends AsyncDisposable {
   send(tensor: AnyTensor, peer: number, options?: CallOptions): Work;
   /** Receives into `tensor` from rank `peer` (within the group). */
   recv(tensor: AnyTensor, peer: number, options?: CallOptions): Work;
+  /**
+   * Issues sends and receives together (torch's `batch_isend_irecv`): every op is checked before any is
+   * issued; none waits for another, so pairs that go both ways cannot deadlock (on the nccl backend they
+   * are one NCCL group).
+   *
+   * @example A world of one has no peer: the ops are refused before anything is sent
+   * ```ts
+   * import { init } from "@dcomm/dcomm";
+   * import assert from "node:assert/strict";
+   * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+   * assert.throws(() => pg.batchIsendIrecv([{ op: "send", tensor: new Float32Array(1), peer: 0 }]), RangeError);
+   * ```
+   */
+  batchIsendIrecv(ops: readonly P2POp[], options?: CallOptions): Work[];
   /**
    * Creates a sub-group. Every rank of this group must call it, with the same ranks, in the same order
    * relative to its other `newGroup` calls; ranks outside `ranks` get a group whose `rank` is -1 and whose

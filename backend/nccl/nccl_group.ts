@@ -18,7 +18,7 @@
  */
 import { checkGroupRanks } from "../_checks.ts";
 import { type CallRecord, type Collective, GroupFront, VERB } from "../_front.ts";
-import { type DType, dtypeSize, type ReduceOp, type TypedArray } from "../../core/dtype.ts";
+import { type DType, dtypeOf, dtypeSize, type ReduceOp, type TypedArray } from "../../core/dtype.ts";
 import { DistError, UnsupportedError } from "../../core/errors.ts";
 import { MemcpyKind, MemoryType } from "../../ffi/cudart/constants.ts";
 import {
@@ -53,6 +53,7 @@ import {
   type GatherOptions,
   type GroupOptions,
   isDeviceTensor,
+  type P2POp,
   type ReduceScatterOptions,
 } from "../process_group.ts";
 import { workReport } from "../work.ts";
@@ -614,6 +615,59 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
       }
       return rc;
     });
+  }
+
+  /**
+   * @internal A batch of sends and receives as one NCCL group (the front checked them): one launch, so
+   * one Work, which every op's place in the result holds.
+   */
+  protected override runBatch(ops: readonly P2POp[], options: NcclCallOptions): NcclWork[] {
+    const what = "batchIsendIrecv";
+    this.#member(what);
+    const { version, symbols } = this.#ctx.library;
+    requireFeature("sendRecv", version, { what, symbols });
+    const operands: Operand[] = [];
+    const calls: { send: boolean; pointer: Pointer; count: bigint; t: number; peer: number }[] = [];
+    let dtype: DType = "float32", count = 0, bytesSent = 0;
+    try {
+      for (const o of ops) {
+        const t = o.tensor;
+        dtype = isDeviceTensor(t) ? t.dtype : dtypeOf(t as TypedArray, o.dtype ?? options.dtype);
+        const send = o.op === "send";
+        const io = this.#operand(what, t, dtype, { upload: send, download: !send });
+        operands.push(io);
+        calls.push({
+          send,
+          pointer: io.pointer,
+          count: BigInt(t.length),
+          t: ncclDataType(dtype),
+          peer: o.peer,
+        });
+        count += t.length;
+        if (send) bytesSent += io.bytes;
+      }
+    } catch (e) {
+      for (const io of operands) if (io.host) this.#ctx.staging.release(io.host.slot);
+      throw e;
+    }
+    const work = this.#launch({
+      collective: what,
+      dtype,
+      count,
+      operands,
+      issue: (s, comm, stream) =>
+        this.#grouped(s, () => {
+          for (const c of calls) {
+            const rc = c.send
+              ? s.ncclSend(c.pointer, c.count, c.t, c.peer, comm, stream)
+              : s.ncclRecv(c.pointer, c.count, c.t, c.peer, comm, stream);
+            if (rc !== NcclResult.Success) return rc;
+          }
+          return NcclResult.Success;
+        }),
+      bytesSent,
+    }, { timeoutMs: options.timeoutMs ?? this.#timeoutMs, signal: options.signal, waitFor: options.waitFor });
+    return ops.map(() => work);
   }
 
   /** All-to-all: `ncclAlltoAll` (2.28), or before it one group of a send and a receive per peer. */

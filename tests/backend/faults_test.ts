@@ -94,6 +94,8 @@ const KILLED = [
   ["shm", "gather"],
   ["tcp", "allGatherv"],
   ["shm", "allGatherv"],
+  ["tcp", "batch"],
+  ["shm", "batch"],
 ];
 for (const [transport, size] of KILLED) {
   Deno.test(`a rank killed mid-collective makes every other rank fail within seconds (${transport}, ${size})`, async () => {
@@ -104,7 +106,7 @@ for (const [transport, size] of KILLED) {
       ? "ddp"
       : size === "DDP 1-bit buckets"
       ? "ddp-1bit"
-      : size === "gather" || size === "allGatherv"
+      : size === "gather" || size === "allGatherv" || size === "batch"
       ? size
       : "big";
     // hybrid: ranks 0, 1 on one host and 2, 3 on another (shared memory within, TCP between).

@@ -50,6 +50,17 @@ try {
     await call();
     console.log("STARTED");
     for (;;) await call();
+  } else if (mode === "loop" && variant === "batch") {
+    // Every rank exchanges 1 MiB with every other in one batch, again and again.
+    const peers = Array.from({ length: pg.size }, (_, r) => r).filter((r) => r !== pg.rank);
+    const ops = peers.flatMap((peer) => [
+      { op: "send" as const, tensor: new Float32Array(1 << 18), peer },
+      { op: "recv" as const, tensor: new Float32Array(1 << 18), peer },
+    ]);
+    const batch = () => Promise.all(pg.batchIsendIrecv(ops).map((w) => w.wait()));
+    await batch();
+    console.log("STARTED");
+    for (;;) await batch();
   } else if (mode === "loop") {
     const t = new Float32Array(variant === "small" ? 256 : 4 << 20).fill(1);
     await pg.allReduce(t);

@@ -7,7 +7,7 @@
  * @module
  */
 import assert from "node:assert/strict";
-import type { ProcessGroup } from "../../../backend/process_group.ts";
+import type { P2POp, ProcessGroup } from "../../../backend/process_group.ts";
 
 /** What a rank reports. */
 export interface ObjectsResult {
@@ -114,6 +114,44 @@ export async function main(pg: ProcessGroup): Promise<ObjectsResult> {
     assert.equal(t[0], want.reduce((a, b) => a + b, 0));
     assert.deepEqual(await g.allGatherObject(pg.ranks[me]), want);
     await g.close();
+  });
+  await check(
+    "batchIsendIrecv: every rank sends to and receives from every other, both ways at once",
+    async () => {
+      if (n === 1) return;
+      const ops: P2POp[] = [];
+      const got = new Map<number, Float64Array>();
+      for (let p = 0; p < n; p++) {
+        if (p === me) continue;
+        const buf = new Float64Array(1000);
+        got.set(p, buf);
+        ops.push({ op: "send", tensor: new Float64Array(1000).fill(me * 100 + p), peer: p });
+        ops.push({ op: "recv", tensor: buf, peer: p });
+      }
+      const works = pg.batchIsendIrecv(ops);
+      assert.equal(works.length, ops.length);
+      await Promise.all(works.map((w) => w.wait()));
+      for (const [p, buf] of got) assert.ok(buf.every((x) => x === p * 100 + me), `from rank ${p}`);
+    },
+  );
+  await check("batchIsendIrecv refuses a bad op before sending any", () => {
+    if (n === 1) return Promise.resolve();
+    const t = new Float32Array(4);
+    assert.throws(
+      () => pg.batchIsendIrecv([]),
+      /^TypeError: Cannot batchIsendIrecv: expected a non-empty array/,
+    );
+    assert.throws(
+      () =>
+        pg.batchIsendIrecv([{ op: "send", tensor: t, peer: (me + 1) % n }, {
+          op: "put" as never,
+          tensor: t,
+          peer: 0,
+        }]),
+      /expected ops\[1\] to be \{ op: "send" \| "recv", tensor, peer \}, found "put"/,
+    );
+    assert.throws(() => pg.batchIsendIrecv([{ op: "recv", tensor: t, peer: n }]), RangeError);
+    return Promise.resolve();
   });
   await check("split's bad colours and keys", async () => {
     await assert.rejects(pg.split(1.5), /^RangeError: Cannot split: expected color to be an integer >= 0/);
