@@ -35,7 +35,14 @@ import {
   type SplitOptions,
 } from "./process_group.ts";
 import { Work } from "./work.ts";
-import { allGatherObject, broadcastObject, gatherObject, scatterObject } from "./_objects.ts";
+import {
+  allGatherObject,
+  broadcastObject,
+  gatherObject,
+  recvObject,
+  scatterObject,
+  sendObject,
+} from "./_objects.ts";
 
 /** The options of a call made without any: one frozen object, not a new one per call. */
 const NO_OPTIONS: Readonly<Record<never, never>> = Object.freeze({});
@@ -351,6 +358,14 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
 
   scatterObject<T>(values: readonly T[] | null, options?: ObjectRootOptions): Promise<T> {
     return scatterObject(this, values, options);
+  }
+
+  sendObject(value: unknown, peer: number, options?: CallOptions): Promise<void> {
+    return sendObject(this, value, peer, options);
+  }
+
+  recvObject<T>(peer: number, options?: CallOptions): Promise<T> {
+    return recvObject(this, peer, options);
   }
 
   barrier(options: CallOptions = NO_OPTIONS): W {

@@ -193,3 +193,45 @@ function split(what: string, all: Uint8Array, counts: readonly number[]): unknow
     return value;
   });
 }
+
+/**
+ * Sends an object to `peer` (torch's `send_object_list`): its length, then its bytes.
+ *
+ * @param pg The group.
+ * @param value The object.
+ * @param peer The receiving rank, within the group.
+ * @param options Timeout and signal.
+ * @throws {TypeError} If the object cannot be serialised (the peer is told, and fails alike).
+ */
+export async function sendObject(
+  pg: ProcessGroup,
+  value: unknown,
+  peer: number,
+  options: CallOptions = {},
+): Promise<void> {
+  const what = "sendObject", o = callOptions(options);
+  const bytes = encode(what, value);
+  await pg.send(new Float64Array([bytes instanceof Uint8Array ? bytes.length : UNSERIALISABLE]), peer, o);
+  if (bytes instanceof Error) throw bytes;
+  await pg.send(bytes, peer, o);
+}
+
+/**
+ * Receives an object from `peer` (torch's `recv_object_list`).
+ *
+ * @param pg The group.
+ * @param peer The sending rank, within the group.
+ * @param options Timeout and signal.
+ * @returns The object.
+ */
+export async function recvObject<T>(pg: ProcessGroup, peer: number, options: CallOptions = {}): Promise<T> {
+  const what = "recvObject", o = callOptions(options);
+  const length = new Float64Array(1);
+  await pg.recv(length, peer, o);
+  if (length[0] === UNSERIALISABLE) {
+    throw new TypeError(`Cannot ${what}: rank ${peer}'s object cannot be serialised`);
+  }
+  const bytes = new Uint8Array(length[0]);
+  await pg.recv(bytes, peer, o);
+  return decode(what, bytes, peer) as T;
+}

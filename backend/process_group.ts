@@ -540,6 +540,23 @@ export interface ProcessGroup extends AsyncDisposable {
    * ```
    */
   scatterObject<T>(values: readonly T[] | null, options?: ObjectRootOptions): Promise<T>;
+  /**
+   * Sends an object to `peer` (torch's `send_object_list`), which takes it with `recvObject`.
+   *
+   * @example A world of one has no peer to send to
+   * ```ts
+   * import { init } from "@dcomm/dcomm";
+   * import assert from "node:assert/strict";
+   * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+   * if (pg.size > 1) {
+   *   if (pg.rank === 0) await pg.sendObject({ step: 10 }, 1);
+   *   if (pg.rank === 1) assert.deepEqual(await pg.recvObject(0), { step: 10 });
+   * } else await assert.rejects(pg.sendObject({ step: 10 }, 0), RangeError);
+   * ```
+   */
+  sendObject(value: unknown, peer: number, options?: CallOptions): Promise<void>;
+  /** Receives the object `peer` sends with `sendObject` (torch's `recv_object_list`). */
+  recvObject<T>(peer: number, options?: CallOptions): Promise<T>;
   /** Resolves once every rank has entered the barrier. */
   barrier(options?: CallOptions): Work;
   /** Sends `tensor` to rank `peer` (within the group). */

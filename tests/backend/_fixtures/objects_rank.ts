@@ -134,6 +134,12 @@ export async function main(pg: ProcessGroup): Promise<ObjectsResult> {
       for (const [p, buf] of got) assert.ok(buf.every((x) => x === p * 100 + me), `from rank ${p}`);
     },
   );
+  await check("sendObject/recvObject around a ring", async () => {
+    if (n === 1) return;
+    const next = (me + 1) % n, prev = (me + n - 1) % n;
+    const [, got] = await Promise.all([pg.sendObject(objectOf(me), next), pg.recvObject(prev)]);
+    assert.deepEqual(got, objectOf(prev));
+  });
   await check("batchIsendIrecv refuses a bad op before sending any", () => {
     if (n === 1) return Promise.resolve();
     const t = new Float32Array(4);
