@@ -20,7 +20,7 @@ import { segmentReduceScatter } from "../../collectives/segment_reduce_scatter.t
 import { segmentAllToAll } from "../../collectives/segment_alltoall.ts";
 import { segmentBarrier } from "../../collectives/segment_barrier.ts";
 import type { CallDescriptor } from "./_descriptor.ts";
-import type { Collective, OpRequest } from "./_protocol.ts";
+import { type Collective, type OpRequest, rootedCollective } from "./_protocol.ts";
 
 /** A call to run through the segment. */
 export interface SegmentCall {
@@ -236,7 +236,7 @@ export function segmentDescriptor(call: SegmentCall, seq: number): CallDescripto
     dtype: call.dtype,
     op: call.op,
     algorithm: "segment",
-    root: call.collective === "broadcast" || call.collective === "reduce" ? call.root : 0,
+    root: rootedCollective(call.collective) ? call.root : 0,
     count: call.count,
     servers: 0,
     stage: call.stage,
