@@ -4,6 +4,7 @@
  * @module
  */
 import type { SegmentContext } from "./segment_context.ts";
+import type { Blocks } from "./_blocks.ts";
 
 /** How a range of `bytes` splits into chunks of whole elements that fit one buffer. */
 export interface Chunks {
@@ -79,4 +80,43 @@ export function postPieces(
 ): void {
   const off = c * chunks.size, len = chunks.length(c), mine = ctx.buffer(ctx.rank, b);
   for (let j = 0; j < ctx.size; j++) mine.set(input.subarray(j * m + off, j * m + off + len), j * p);
+}
+
+/**
+ * Chunk `c`'s length of a block of `bytes`, chunks being `size` bytes: for the v-forms, whose blocks end
+ * at different chunks (a block past its end has an empty chunk).
+ *
+ * @param bytes The block's bytes.
+ * @param size Bytes per chunk.
+ * @param c The chunk.
+ * @returns Its length.
+ */
+export function blockChunk(bytes: number, size: number, c: number): number {
+  return Math.max(0, Math.min(size, bytes - c * size));
+}
+
+/**
+ * Copies chunk `c` of each block of `input` (the v-forms' uneven `blocks`) into this member's buffer `b`,
+ * one piece of `p` bytes per block: {@linkcode postPieces} for uneven blocks.
+ *
+ * @param ctx The context.
+ * @param input The blocks.
+ * @param blocks Where each lies.
+ * @param p Bytes per piece ({@linkcode pieceBytes}).
+ * @param c The chunk.
+ * @param b The buffer.
+ */
+export function postUnevenPieces(
+  ctx: SegmentContext,
+  input: Uint8Array,
+  blocks: Blocks,
+  p: number,
+  c: number,
+  b: number,
+): void {
+  const mine = ctx.buffer(ctx.rank, b);
+  for (let j = 0; j < ctx.size; j++) {
+    const at = blocks.offsets[j] + c * p, len = blockChunk(blocks.lengths[j], p, c);
+    if (len > 0) mine.set(input.subarray(at, at + len), j * p);
+  }
 }

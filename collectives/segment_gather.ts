@@ -6,7 +6,8 @@
  *
  * @module
  */
-import { chunksOf, postChunk } from "./_segment_chunks.ts";
+import { blockChunk, chunksOf } from "./_segment_chunks.ts";
+import { type Blocks, equalBlocks } from "./_blocks.ts";
 import type { SegmentContext, SegmentPlan } from "./segment_context.ts";
 
 /**
@@ -16,6 +17,7 @@ import type { SegmentContext, SegmentPlan } from "./segment_context.ts";
  * @param input This member's block.
  * @param output At the root, room for every member's block in member order; elsewhere unused.
  * @param root The member that gathers.
+ * @param layout The v-form's uneven blocks (`counts`), in bytes; equal blocks if omitted.
  * @returns The plan.
  */
 export function segmentGather(
@@ -23,19 +25,25 @@ export function segmentGather(
   input: Uint8Array,
   output: Uint8Array | undefined,
   root: number,
+  layout?: Blocks,
 ): SegmentPlan {
   const b = input.byteLength;
-  const chunks = chunksOf(ctx, b, ctx.bufferBytes);
+  const blocks = layout ?? equalBlocks(ctx.size, b);
+  const { offsets, lengths } = blocks;
+  const chunks = chunksOf(ctx, Math.max(...lengths), ctx.bufferBytes), size = chunks.size;
   const out = ctx.rank === root ? output : undefined;
   return {
     chunks: chunks.count,
     post(c: number, buf: number): void {
-      postChunk(ctx, input, chunks, c, buf);
+      const len = blockChunk(b, size, c);
+      if (len > 0) ctx.buffer(ctx.rank, buf).set(input.subarray(c * size, c * size + len));
     },
     finish(c: number, buf: number): void {
       if (out === undefined) return;
-      const off = c * chunks.size, len = chunks.length(c);
-      for (let q = 0; q < ctx.size; q++) out.set(ctx.buffer(q, buf).subarray(0, len), q * b + off);
+      for (let q = 0; q < ctx.size; q++) {
+        const len = blockChunk(lengths[q], size, c);
+        if (len > 0) out.set(ctx.buffer(q, buf).subarray(0, len), offsets[q] + c * size);
+      }
     },
   };
 }

@@ -7,7 +7,8 @@
  *
  * @module
  */
-import { chunksOf, pieceBytes, postPieces } from "./_segment_chunks.ts";
+import { blockChunk, chunksOf, pieceBytes, postPieces, postUnevenPieces } from "./_segment_chunks.ts";
+import type { Blocks } from "./_blocks.ts";
 import type { SegmentContext, SegmentPlan } from "./segment_context.ts";
 
 /**
@@ -16,23 +17,39 @@ import type { SegmentContext, SegmentPlan } from "./segment_context.ts";
  * @param ctx The group's segment.
  * @param input Every member's block, in member order.
  * @param output This member's reduced block.
+ * @param layout The v-form's uneven blocks (`counts`), in bytes; equal blocks if omitted.
  * @returns The plan.
  */
 export function segmentReduceScatter(
   ctx: SegmentContext,
   input: Uint8Array,
   output: Uint8Array,
+  layout?: Blocks,
 ): SegmentPlan {
   const m = output.byteLength, p = pieceBytes(ctx);
-  const chunks = chunksOf(ctx, m, p);
+  if (layout === undefined) {
+    const chunks = chunksOf(ctx, m, p);
+    return {
+      chunks: chunks.count,
+      post(c: number, b: number): void {
+        postPieces(ctx, input, m, p, chunks, c, b);
+      },
+      finish(c: number, b: number): void {
+        const off = c * chunks.size, len = chunks.length(c);
+        if (len > 0) ctx.reduceToOutput(output.subarray(off, off + len), b, ctx.rank * p);
+      },
+    };
+  }
+  // Uneven blocks: as many chunks as the largest block needs; each member's block ends at its own.
+  const chunks = chunksOf(ctx, Math.max(...layout.lengths), p);
   return {
     chunks: chunks.count,
     post(c: number, b: number): void {
-      postPieces(ctx, input, m, p, chunks, c, b);
+      postUnevenPieces(ctx, input, layout, p, c, b);
     },
     finish(c: number, b: number): void {
-      const off = c * chunks.size, len = chunks.length(c);
-      if (len > 0) ctx.reduceToOutput(output.subarray(off, off + len), b, ctx.rank * p);
+      const len = blockChunk(m, p, c);
+      if (len > 0) ctx.reduceToOutput(output.subarray(c * p, c * p + len), b, ctx.rank * p);
     },
   };
 }

@@ -6,7 +6,8 @@
  *
  * @module
  */
-import { chunksOf, pieceBytes, postPieces } from "./_segment_chunks.ts";
+import { blockChunk, chunksOf, pieceBytes, postUnevenPieces } from "./_segment_chunks.ts";
+import { type Blocks, equalBlocks } from "./_blocks.ts";
 import type { SegmentContext, SegmentPlan } from "./segment_context.ts";
 
 /**
@@ -16,6 +17,7 @@ import type { SegmentContext, SegmentPlan } from "./segment_context.ts";
  * @param input At the root, n blocks, block q for member q; elsewhere unused.
  * @param output This member's block.
  * @param root The member that scatters.
+ * @param layout The v-form's uneven blocks (`counts`), in bytes; equal blocks if omitted.
  * @returns The plan.
  */
 export function segmentScatter(
@@ -23,18 +25,20 @@ export function segmentScatter(
   input: Uint8Array | undefined,
   output: Uint8Array,
   root: number,
+  layout?: Blocks,
 ): SegmentPlan {
-  const b = output.byteLength, p = pieceBytes(ctx);
-  const chunks = chunksOf(ctx, b, p);
-  const all = ctx.rank === root ? input : undefined;
+  const p = pieceBytes(ctx);
+  const blocks = layout ?? equalBlocks(ctx.size, output.byteLength);
+  const chunks = chunksOf(ctx, Math.max(...blocks.lengths), p);
+  const all = ctx.rank === root ? input : undefined, own = output.byteLength;
   return {
     chunks: chunks.count,
     post(c: number, buf: number): void {
-      if (all !== undefined) postPieces(ctx, all, b, p, chunks, c, buf);
+      if (all !== undefined) postUnevenPieces(ctx, all, blocks, p, c, buf);
     },
     finish(c: number, buf: number): void {
-      const off = c * chunks.size, len = chunks.length(c), at = ctx.rank * p;
-      output.set(ctx.buffer(root, buf).subarray(at, at + len), off);
+      const len = blockChunk(own, p, c), at = ctx.rank * p;
+      if (len > 0) output.set(ctx.buffer(root, buf).subarray(at, at + len), c * p);
     },
   };
 }

@@ -186,3 +186,21 @@ export function describeCall(d: CallDescriptor): string {
     : "";
   return `${d.collective}(${parts.join(", ")}) #${d.seq} in group ${d.group}${stage}`;
 }
+
+/**
+ * What a v-form's descriptor carries in its `servers` word, so that ranks passing different counts (or a
+ * v-form against an even call) fail naming both: a hash of the counts (never 0), the same on every rank;
+ * an uneven all-to-all, whose counts differ by rank, carries 1 (its lengths are checked message by
+ * message).
+ */
+export function countsMark(op: { collective: Collective; counts?: readonly number[] }): number {
+  if (op.collective === "allToAll") return 1;
+  let h = 0x811c9dc5;
+  for (const c of op.counts ?? []) {
+    // FNV-1a over each count's low and high 32 bits.
+    for (const word of [c >>> 0, Math.floor(c / 2 ** 32)]) {
+      h = Math.imul(h ^ word, 0x01000193) >>> 0;
+    }
+  }
+  return h <= 1 ? h + 2 : h;
+}

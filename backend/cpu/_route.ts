@@ -127,12 +127,16 @@ export function route(call: RoutedCall, site: RouteSite): Route {
     if (!site.byAddress) throw narrowUnsupported("cpu backend without FFI");
     return CODEC;
   }
-  if (call.counts !== undefined) {
-    // The v-forms run over messages (their segment plans are not written yet), by an algorithm that
-    // takes uneven blocks.
+  if (
+    call.counts !== undefined && (collective === "allToAll" || !usable || call.algorithm !== "auto" &&
+        call.algorithm !== "segment")
+  ) {
+    // The uneven all-to-all runs over messages (no rank knows every rank's counts, which a plan of chunks
+    // needs), and so does every v-form off the segment, by an algorithm that takes uneven blocks.
     if (call.algorithm === "segment") {
       throw new UnsupportedError(
-        `Cannot ${VERB[collective]} with uneven counts through the host segment; expected "auto" or one of ` +
+        `Cannot ${VERB[collective]} with uneven counts through the host segment` +
+          (usable ? "" : " (this group has none)") + `; expected "auto" or one of ` +
           UNEVEN_ALGORITHMS[collective as keyof typeof UNEVEN_ALGORITHMS].map((n) => `"${n}"`).join(", "),
       );
     }

@@ -10,6 +10,7 @@ import { UnsupportedError } from "../../core/errors.ts";
 import { DEFAULT_SEGMENT_CONSTANTS, segmentPlan, type SegmentPlanName } from "../../sim/cost_model.ts";
 import { SEGMENT_GROUPS, type SegmentLayout } from "../../transport/segment.ts";
 import type { SegmentContext, SegmentPlan } from "../../collectives/segment_context.ts";
+import { type Blocks, blocksOf } from "../../collectives/mod.ts";
 import { segmentAllReduce, segmentAllReducePooled } from "../../collectives/segment_allreduce.ts";
 import { segmentBroadcast } from "../../collectives/segment_broadcast.ts";
 import { segmentReduce } from "../../collectives/segment_reduce.ts";
@@ -19,7 +20,7 @@ import { segmentScatter } from "../../collectives/segment_scatter.ts";
 import { segmentReduceScatter } from "../../collectives/segment_reduce_scatter.ts";
 import { segmentAllToAll } from "../../collectives/segment_alltoall.ts";
 import { segmentBarrier } from "../../collectives/segment_barrier.ts";
-import type { CallDescriptor } from "./_descriptor.ts";
+import { type CallDescriptor, countsMark } from "./_descriptor.ts";
 import { type Collective, type OpRequest, rootedCollective } from "./_protocol.ts";
 
 /** A call to run through the segment. */
@@ -38,6 +39,8 @@ export interface SegmentCall {
   root: number;
   /** Elements, as the descriptor counts them. */
   count: number;
+  /** A v-form's blocks, in elements per member (`counts`). */
+  counts?: readonly number[];
   /** The stage of a compressed all-reduce this call belongs to (0 for none), as the descriptor says. */
   stage: number;
   /** The two-phase plan of all-reduce and reduce. */
@@ -83,7 +86,10 @@ const FORCED_PLAN: SegmentPlanName | undefined = (() => {
  * @returns The call.
  */
 export function segmentCallOf(
-  op: Pick<OpRequest, "group" | "collective" | "dtype" | "op" | "root" | "count" | "input" | "stage">,
+  op: Pick<
+    OpRequest,
+    "group" | "collective" | "dtype" | "op" | "root" | "count" | "input" | "stage" | "counts"
+  >,
   members: readonly number[],
   layout: SegmentLayout,
   input: Uint8Array | undefined,
@@ -106,6 +112,7 @@ export function segmentCallOf(
     layout,
     input,
     output,
+    op.counts,
   );
 }
 
@@ -143,6 +150,7 @@ function twoPhaseOf(size: number, bytes: number, chunkBytes: number): boolean {
  * @param layout The segment's buffers.
  * @param input The input's bytes.
  * @param output The output's bytes.
+ * @param counts A v-form's blocks, in elements per member.
  * @returns The call.
  * @throws {TypeError} For send and recv, which are messages.
  */
@@ -159,6 +167,7 @@ export function newSegmentCall(
   layout: SegmentLayout,
   input: Uint8Array | undefined,
   output: Uint8Array | undefined,
+  counts?: readonly number[],
 ): SegmentCall {
   if (collective === "send" || collective === "recv") {
     throw new TypeError(`${collective} has no segment algorithm: it is a message`);
@@ -174,6 +183,7 @@ export function newSegmentCall(
     op,
     root,
     count,
+    counts,
     stage,
     twoPhase,
     input,
@@ -238,7 +248,7 @@ export function segmentDescriptor(call: SegmentCall, seq: number): CallDescripto
     algorithm: "segment",
     root: rootedCollective(call.collective) ? call.root : 0,
     count: call.count,
-    servers: 0,
+    servers: call.counts === undefined ? 0 : countsMark(call),
     stage: call.stage,
   };
 }
@@ -246,6 +256,11 @@ export function segmentDescriptor(call: SegmentCall, seq: number): CallDescripto
 function need(b: Uint8Array | undefined, what: string, collective: string): Uint8Array {
   if (b === undefined) throw new TypeError(`A ${collective} call needs ${what}`);
   return b;
+}
+
+/** A v-form's blocks in bytes (undefined for equal blocks). */
+function layoutOf(ctx: SegmentContext, call: SegmentCall): Blocks | undefined {
+  return call.counts === undefined ? undefined : blocksOf(call.counts, ctx.elemSize);
 }
 
 /**
@@ -267,16 +282,32 @@ export function segmentPlanOf(ctx: SegmentContext, call: SegmentCall): SegmentPl
     case "reduce":
       return segmentReduce(ctx, need(call.input, "a tensor", c), call.root, { twoPhase: call.twoPhase });
     case "allGather":
-      return segmentAllGather(ctx, need(call.input, "an input", c), need(call.output, "an output", c));
+      return segmentAllGather(
+        ctx,
+        need(call.input, "an input", c),
+        need(call.output, "an output", c),
+        layoutOf(ctx, call),
+      );
     case "reduceScatter":
-      return segmentReduceScatter(ctx, need(call.input, "an input", c), need(call.output, "an output", c));
+      return segmentReduceScatter(
+        ctx,
+        need(call.input, "an input", c),
+        need(call.output, "an output", c),
+        layoutOf(ctx, call),
+      );
     case "allToAll":
       return segmentAllToAll(ctx, need(call.input, "an input", c), need(call.output, "an output", c));
     case "barrier":
       return segmentBarrier(ctx);
     case "gather":
-      return segmentGather(ctx, need(call.input, "an input", c), call.output, call.root);
+      return segmentGather(ctx, need(call.input, "an input", c), call.output, call.root, layoutOf(ctx, call));
     case "scatter":
-      return segmentScatter(ctx, call.input, need(call.output, "an output", c), call.root);
+      return segmentScatter(
+        ctx,
+        call.input,
+        need(call.output, "an output", c),
+        call.root,
+        layoutOf(ctx, call),
+      );
   }
 }

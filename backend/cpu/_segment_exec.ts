@@ -19,7 +19,7 @@ import { duplicateMapping, mapAnonymousAt, type SharedMapping } from "../../ffi/
 import { type HostSegment, poolOffset } from "../../transport/segment.ts";
 import type { Kernels, TypedArrayConstructor } from "../../wasm/kernels.ts";
 import { SegmentPipeline, type SegmentState } from "../../collectives/segment_context.ts";
-import { type CallDescriptor, encodeCallInto, encodeDescriptorInto } from "./_descriptor.ts";
+import { type CallDescriptor, countsMark, encodeCallInto, encodeDescriptorInto } from "./_descriptor.ts";
 import { ALGORITHM_NAMES } from "./_dispatch.ts";
 import { rootedCollective } from "./_protocol.ts";
 import { type SegmentCall, segmentPlanOf } from "./_segment_call.ts";
@@ -98,7 +98,7 @@ export class SegmentExecutor {
       SEGMENT_CODE,
       rootedCollective(call.collective) ? call.root : 0,
       call.count,
-      0,
+      call.counts === undefined ? 0 : countsMark(call),
       call.stage,
     );
     this.#logged(group, number, called, call.pooled ?? -1);

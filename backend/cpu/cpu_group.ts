@@ -308,6 +308,7 @@ export class CpuProcessGroup extends GroupFront {
       exec.segment.layout,
       input ? this.#bytesOf(input) : undefined,
       output ? bytesOf(output) : undefined,
+      call.counts,
     );
     let run;
     try {

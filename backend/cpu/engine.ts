@@ -238,9 +238,9 @@ export class Engine {
       transport: this.#transport.kind,
       chunkBytes: this.#chunkBytes,
       servers: op.servers,
-      segment: group.segment && op.counts === undefined,
+      segment: group.segment && !(op.counts !== undefined && op.collective === "allToAll"),
       hosts: group.hosts,
-      uneven: op.counts !== undefined,
+      uneven: op.counts !== undefined && !(group.segment && op.collective !== "allToAll"),
     });
     if (algorithm === "segment") return await this.#runSegment(op, group);
     return await this.#runMessages(op, group, algorithm);

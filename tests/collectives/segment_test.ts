@@ -21,6 +21,7 @@ import { segmentReduceScatter } from "../../collectives/segment_reduce_scatter.t
 import { segmentAllToAll } from "../../collectives/segment_alltoall.ts";
 import { segmentGather } from "../../collectives/segment_gather.ts";
 import { segmentScatter } from "../../collectives/segment_scatter.ts";
+import { blocksOf } from "../../collectives/_blocks.ts";
 import { segmentBarrier } from "../../collectives/segment_barrier.ts";
 import {
   assertBytesEqual,
@@ -319,11 +320,58 @@ async function runMatrix(size: number, seed: number): Promise<number> {
           }
         }
 
+        {
+          // The v-forms: member q's block (q·count + 5) mod (2·count + 1) elements, zeros among them.
+          const counts = Array.from({ length: size }, (_, q) => (q * count + 5) % (2 * count + 1));
+          const layout = blocksOf(counts, es), total = layout.total;
+          const parts = counts.map((c, q) =>
+            bytes(randomInputs({ dtype, count: c, size: 1, seed: ++seed + q })[0])
+          );
+          const want = new Uint8Array(total);
+          parts.forEach((part, q) => want.set(part, layout.offsets[q]));
+          const outs = parts.map(() => new Uint8Array(total));
+          const what = `allGather v ${counts} ${tag}`;
+          world.run(rng, (q) => {
+            const ctx = ctxOf(q, what);
+            return { ctx, plan: segmentAllGather(ctx, parts[q], outs[q], layout) };
+          }, what);
+          for (const o of outs) assertBytesEqual(o, want, what);
+          const root = size - 1, gathered = new Uint8Array(total);
+          const gwhat = `gather v ${counts} ${tag}`;
+          world.run(rng, (q) => {
+            const ctx = ctxOf(q, gwhat);
+            return {
+              ctx,
+              plan: segmentGather(ctx, parts[q], q === root ? gathered : undefined, root, layout),
+            };
+          }, gwhat);
+          assertBytesEqual(gathered, want, gwhat);
+          const scattered = counts.map((c) => new Uint8Array(c * es));
+          const swhat = `scatter v ${counts} ${tag}`;
+          world.run(rng, (q) => {
+            const ctx = ctxOf(q, swhat);
+            return { ctx, plan: segmentScatter(ctx, q === 0 ? want : undefined, scattered[q], 0, layout) };
+          }, swhat);
+          scattered.forEach((o, q) => assertBytesEqual(o, parts[q], `${swhat} member ${q}`));
+          const inputs = randomInputs({ dtype, count: total / es, size, seed: ++seed });
+          const reduced = counts.map((c) => new Uint8Array(c * es));
+          const rwhat = `reduceScatter v ${counts} ${tag}`;
+          world.run(rng, (q) => {
+            const ctx = ctxOf(q, rwhat);
+            return { ctx, plan: segmentReduceScatter(ctx, bytes(inputs[q]), reduced[q], layout) };
+          }, rwhat);
+          for (let q = 0; q < size; q++) {
+            const at = layout.offsets[q] / es;
+            const blocks = inputs.map((a) => a.subarray(at, at + counts[q]) as TestArray);
+            assertReduced(reduced[q], blocks, { dtype, op, what: `${rwhat} member ${q}` });
+          }
+        }
+
         world.run(rng, (q) => {
           const ctx = ctxOf(q, `barrier ${tag}`);
           return { ctx, plan: segmentBarrier(ctx) };
         }, `barrier ${tag}`);
-        ran += 8;
+        ran += 12;
       }
     }
   }

@@ -260,6 +260,7 @@ export async function main(pg: ProcessGroup, ctx: { args: unknown }): Promise<Ra
       result.failures.push(`rank ${me}: ${name}: ${what}`);
     };
     const opts = { dtype: c.dtype, algorithm: c.algorithm || undefined };
+    let lastAlgorithm: string | undefined;
     let out;
     const t0 = performance.now();
     switch (c.collective) {
@@ -268,6 +269,7 @@ export async function main(pg: ProcessGroup, ctx: { args: unknown }): Promise<Ra
         out = inputs[me].slice();
         const report = await pg.allReduce(out, { ...opts, op: c.op, servers: c.servers }).wait();
         if (report) result.algorithms[report.algorithm] = (result.algorithms[report.algorithm] ?? 0) + 1;
+        lastAlgorithm = report?.algorithm;
         const bad = checkReduction(c.dtype, c.op, inputs, out);
         if (bad) fail(`element ${bad.index}: expected ${bad.expected}, got ${bad.got}`);
         break;
@@ -285,6 +287,7 @@ export async function main(pg: ProcessGroup, ctx: { args: unknown }): Promise<Ra
         out = inputs[me].slice();
         const report = await pg.reduce(out, { ...opts, op: c.op, root: c.root }).wait();
         if (report) result.algorithms[report.algorithm] = (result.algorithms[report.algorithm] ?? 0) + 1;
+        lastAlgorithm = report?.algorithm;
         if (me === c.root) {
           const bad = checkReduction(c.dtype, c.op, inputs, out);
           if (bad) fail(`element ${bad.index}: expected ${bad.expected}, got ${bad.got}`);
@@ -323,6 +326,7 @@ export async function main(pg: ProcessGroup, ctx: { args: unknown }): Promise<Ra
         out = root ? makeArray(c.dtype, c.count * size) : undefined;
         const report = await pg.gather(out ?? null, inputs[me], { ...opts, root: c.root }).wait();
         if (report) result.algorithms[report.algorithm] = (result.algorithms[report.algorithm] ?? 0) + 1;
+        lastAlgorithm = report?.algorithm;
         if (out) {
           const i = sameBits(out, concat(c.dtype, inputs, c.count));
           if (i >= 0) fail(`byte ${i} differs from the concatenation`);
@@ -336,6 +340,7 @@ export async function main(pg: ProcessGroup, ctx: { args: unknown }): Promise<Ra
         const report = await pg.scatter(out, me === c.root ? inputs[me] : null, { ...opts, root: c.root })
           .wait();
         if (report) result.algorithms[report.algorithm] = (result.algorithms[report.algorithm] ?? 0) + 1;
+        lastAlgorithm = report?.algorithm;
         const i = sameBits(out, inputs[c.root].subarray(me * c.count, (me + 1) * c.count));
         if (i >= 0) fail(`byte ${i} differs from block ${me} of the root's input`);
         break;
@@ -352,6 +357,7 @@ export async function main(pg: ProcessGroup, ctx: { args: unknown }): Promise<Ra
           ? await pg.allGather(out as ArrayBufferView as never, inputs[me], options).wait()
           : await pg.gather(out ?? null, inputs[me], options).wait();
         if (report) result.algorithms[report.algorithm] = (result.algorithms[report.algorithm] ?? 0) + 1;
+        lastAlgorithm = report?.algorithm;
         if (out) {
           const i = sameBits(out, joined(c.dtype, inputs));
           if (i >= 0) fail(`byte ${i} differs from the concatenation (counts ${counts})`);
@@ -367,6 +373,7 @@ export async function main(pg: ProcessGroup, ctx: { args: unknown }): Promise<Ra
         const report = await pg.scatter(out, me === c.root ? all : null, { ...opts, counts, root: c.root })
           .wait();
         if (report) result.algorithms[report.algorithm] = (result.algorithms[report.algorithm] ?? 0) + 1;
+        lastAlgorithm = report?.algorithm;
         const i = sameBits(out, all.subarray(at, at + counts[me]));
         if (i >= 0) fail(`byte ${i} differs from block ${me} of the root's input (counts ${counts})`);
         break;
@@ -379,6 +386,7 @@ export async function main(pg: ProcessGroup, ctx: { args: unknown }): Promise<Ra
         const at = counts.slice(0, me).reduce((a, b) => a + b, 0);
         const report = await pg.reduceScatter(out, inputs[me], { ...opts, op: c.op, counts }).wait();
         if (report) result.algorithms[report.algorithm] = (result.algorithms[report.algorithm] ?? 0) + 1;
+        lastAlgorithm = report?.algorithm;
         const bad = checkReduction(c.dtype, c.op, inputs, out, at);
         if (bad) fail(`element ${bad.index}: expected ${bad.expected}, got ${bad.got} (counts ${counts})`);
         break;
@@ -393,6 +401,7 @@ export async function main(pg: ProcessGroup, ctx: { args: unknown }): Promise<Ra
         const report = await pg.allToAll(out as never, mine as never, { ...opts, sendCounts, recvCounts })
           .wait();
         if (report) result.algorithms[report.algorithm] = (result.algorithms[report.algorithm] ?? 0) + 1;
+        lastAlgorithm = report?.algorithm;
         const i = sameBits(out, joined(c.dtype, recvCounts.map((_, from) => blockFrom(from, me))));
         if (i >= 0) fail(`byte ${i} differs from the expected blocks (counts ${JSON.stringify(m)})`);
         break;
@@ -413,6 +422,12 @@ export async function main(pg: ProcessGroup, ctx: { args: unknown }): Promise<Ra
       }
     }
     if (Deno.env.get("DCOMM_TRACE_CASES") && me === 0) console.log(name, Math.round(performance.now() - t0));
+    // The v-forms through "auto": the host segment's plans where the ranks share one (but the uneven
+    // all-to-all, which no rank could plan alone), messages elsewhere.
+    if (c.collective.endsWith("v") && c.algorithm === "auto" && size > 1) {
+      const onSegment = (lastAlgorithm ?? "") === "segment";
+      if (onSegment !== (segment && c.collective !== "allToAllv")) fail(`ran ${lastAlgorithm}`);
+    }
     // Results every rank must share bit for bit (the others are rank-specific by definition).
     if (out && ["allReduce", "broadcast", "allGather"].includes(c.collective)) {
       result.hashes[c.id] = hashBytes(out);
