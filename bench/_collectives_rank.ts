@@ -15,8 +15,10 @@ import { tableHeader, tableRow } from "./_rows.ts";
 const config = JSON.parse(Deno.args[0]) as BenchConfig;
 const descriptor = collective(config.collective);
 const sizes = sweepSizes(config.minBytes, config.maxBytes, config.factor);
-// The pool holds one size's tensors (an out-of-place collective's two), in whole 64 KiB pages.
-const poolBytes = Math.ceil((2 * Math.max(...sizes) + 65536) / 65536) * 65536;
+// The pool holds one size's tensors (an out-of-place collective's two), in whole 64 KiB pages: the largest
+// of the sweep and of the JIT warm-up (256 KiB).
+const largest = Math.max(...sizes, config.jitWarmup > 0 ? 262144 : 0);
+const poolBytes = Math.ceil((2 * largest + 65536) / 65536) * 65536;
 await using pg = await init({
   backend: config.backend,
   checkCalls: config.checkCalls,

@@ -11,7 +11,9 @@
  * compared within a few units in the last place (backends scale by 1/size before or after summing, or
  * divide); everything else must be equal.
  *
- * A new collective is one more descriptor in {@linkcode COLLECTIVES}, e.g.
+ * A new collective is one more descriptor in {@linkcode COLLECTIVES}, e.g. gather's (rooted: the root's
+ * output is the only one, and the other ranks pass `null` for it; the harness gives them a buffer of 0
+ * elements, which is not passed):
  *
  * ```ts ignore
  * const gather: CollectiveDescriptor = {
@@ -22,7 +24,7 @@
  *   input: (j, c) => c.value(c.rank, j),
  *   expected: (i, c) => c.value(Math.floor(i / (c.count / c.ranks)), i % (c.count / c.ranks)),
  *   stable: () => true,
- *   run: (pg, input, output, o) => pg.gather(output, input, o),
+ *   run: (pg, input, output, o) => pg.gather(pg.rank === (o.root ?? 0) ? output : null, input, o),
  * };
  * ```
  *
@@ -196,6 +198,46 @@ const allToAll: CollectiveDescriptor = {
   run: (pg, input, output, o) => pg.allToAll(output, input, o),
 };
 
+/** The root of a call's options (0 when they name none). */
+function rootOf(o: CallArgs): number {
+  return o.root ?? 0;
+}
+
+// Rooted, out of place: the root's output holds every rank's input block, in rank order; the other ranks
+// have no output (`null`).
+const gather: CollectiveDescriptor = {
+  name: "gather",
+  reduces: false,
+  rooted: true,
+  inPlace: false,
+  busFactor: (n) => (n - 1) / n,
+  count: blockCount,
+  lengths: (c) => ({ input: c.count / c.ranks, output: c.rank === c.root ? c.count : 0 }),
+  input: (j, c) => c.value(c.rank, j),
+  expected: (i, c) => {
+    const block = c.count / c.ranks;
+    return c.value(Math.floor(i / block), i % block);
+  },
+  stable: () => true,
+  run: (pg, input, output, o) => pg.gather(pg.rank === rootOf(o) ? output : null, input, o),
+};
+
+// Rooted, out of place: block r of the root's input lands in rank r's output; the other ranks have no
+// input (`null`).
+const scatter: CollectiveDescriptor = {
+  name: "scatter",
+  reduces: false,
+  rooted: true,
+  inPlace: false,
+  busFactor: (n) => (n - 1) / n,
+  count: blockCount,
+  lengths: (c) => ({ input: c.rank === c.root ? c.count : 0, output: c.count / c.ranks }),
+  input: (j, c) => c.value(c.rank, j),
+  expected: (i, c) => c.value(c.root, c.rank * (c.count / c.ranks) + i),
+  stable: () => true,
+  run: (pg, input, output, o) => pg.scatter(output, pg.rank === rootOf(o) ? input : null, o),
+};
+
 /** Every collective of the benchmarks, in nccl-tests' order of its binaries. */
 export const COLLECTIVES: readonly CollectiveDescriptor[] = [
   allReduce,
@@ -204,6 +246,8 @@ export const COLLECTIVES: readonly CollectiveDescriptor[] = [
   allGather,
   reduceScatter,
   allToAll,
+  gather,
+  scatter,
 ];
 
 /**

@@ -63,8 +63,9 @@ export async function timeAwaited(iters: number, call: () => PromiseLike<unknown
 }
 
 /**
- * Host tensors (ordinary TypedArrays, or with `pool` the group's `pg.alloc()` tensors), timed by the wall
- * clock with every call awaited: the device of the cpu and mpi backends.
+ * Host tensors (ordinary TypedArrays, or with `pool` the group's `pg.alloc()` tensors; a tensor of no
+ * elements, as gather's output on the other ranks, is an ordinary one), timed by the wall clock with every
+ * call awaited: the device of the cpu and mpi backends.
  *
  * @param pg The group.
  * @param options `pool`: tensors from `pg.alloc()` (the host segment's pool on the cpu backend).
@@ -73,7 +74,8 @@ export async function timeAwaited(iters: number, call: () => PromiseLike<unknown
 export function hostDevice(pg: ProcessGroup, options: { pool?: boolean } = {}): BenchDevice {
   return {
     tensor(count, dtype): BenchTensor {
-      const array = options.pool ? pg.alloc(count, { dtype }) : newArray(dtype, count);
+      const pooled = options.pool === true && count > 0;
+      const array = pooled ? pg.alloc(count, { dtype }) : newArray(dtype, count);
       return {
         tensor: array,
         write: (host) => {
@@ -85,7 +87,7 @@ export function hostDevice(pg: ProcessGroup, options: { pool?: boolean } = {}): 
         },
         read: () => array,
         [Symbol.dispose]: () => {
-          if (options.pool) pg.release(array);
+          if (pooled) pg.release(array);
         },
       };
     },

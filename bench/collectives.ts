@@ -15,14 +15,19 @@
  * deno task bench:collectives --backend mpi --ranks 2 -b 1K -e 32M -f 8   # bench/mpi.ts, against C
  * deno task bench:collectives --backend mpi --ranks 2 --collective allToAll   # under mpiexec
  * deno task bench:collectives --ranks 2 -b 8 -e 256M -f 4 -d float --peer mpi,gloo
+ * deno task bench:collectives --ranks 4 -b 1K -e 16M -d float --peer mpi --collective gather -r 1
  * ```
  *
- * `--backend mpi` runs the mpi backend under `mpiexec -n <--ranks>`: for all-reduce of float32 sums through
- * `bench/mpi.ts`, beside MPICH's own `MPI_Allreduce` from C; any other collective, op or dtype through the
- * same rank script as the cpu backend. `--peer mpi` measures the cpu backend against MPICH in one
- * invocation (`bench/mpi.ts --backend cpu`: the ranks under mpiexec, the C program's `MPI_Allreduce` loop in
- * the same processes round by round, and the C program alone); `--peer gloo` runs PyTorch's Gloo on the same
- * sizes and ranks afterwards; both together end with one table of all three. `--pool` gives dcomm's ranks
+ * `--backend mpi` runs the mpi backend under `mpiexec -n <--ranks>`: for all-reduce of float32 sums (and,
+ * with `--peer mpi`, any collective of float32, sum where an op applies) through `bench/mpi.ts`, beside
+ * MPICH's own call from C; any other collective, op or dtype through the same rank script as the cpu
+ * backend. `--peer mpi` measures the cpu backend against MPICH in one invocation (`bench/mpi.ts --backend
+ * cpu`: the ranks under mpiexec, the C program's loop of the same collective (`MPI_Allreduce`, `MPI_Bcast`,
+ * `MPI_Reduce`, `MPI_Allgather`, `MPI_Reduce_scatter_block`, `MPI_Alltoall`, `MPI_Gather`, `MPI_Scatter`)
+ * in the same processes round by round, and the C program alone), for every collective of float32, sum
+ * where an op applies, `-r` its root; all-reduce's rows go to `bench/results/collectives-cpu-mpich.json`,
+ * another collective's to `collectives-cpu-mpich-<collective>.json`. `--peer gloo` runs PyTorch's Gloo
+ * all-reduce on the same sizes and ranks afterwards; both together end with one table of all three. `--pool` gives dcomm's ranks
  * tensors from `pg.alloc()` (the host segment's pool, all-reduced in place). `-d` takes dcomm's dtype names
  * and nccl-tests' (`float`, `half`, `double`, `bfloat16`, `int8`, `uint8`, `int32`, `uint32`, `int64`,
  * `uint64`).
@@ -34,6 +39,7 @@ import { launch } from "../cli/launch.ts";
 import { checkDType, checkOp } from "../core/dtype.ts";
 import type { BenchConfig } from "./_collectives_common.ts";
 import { collective, COLLECTIVES } from "./_descriptors.ts";
+import { mpichResultsFile } from "./mpi.ts";
 import {
   type BenchRow,
   type ExtraColumn,
@@ -80,7 +86,8 @@ if (values.help) {
   [--rounds 1] [--pool] [--jit-warmup 3000] [--peer mpi,gloo] [--trials 2]
   --rounds: timed rounds per size, the fastest counts (5 against MPICH); --pool: dcomm's tensors from
   pg.alloc(), in the host segment's pool; --jit-warmup: calls of a 1 KiB collective (and a third as many of
-  256 KiB) before the first size; --trials: runs against MPICH, the best counts`,
+  256 KiB) before the first size; --trials: runs against MPICH, the best counts; --peer mpi: any collective
+  of float32 (sum where an op applies) against MPICH's own call from C; --peer gloo: allReduce only`,
   );
   Deno.exit(0);
 }
@@ -134,21 +141,29 @@ const ranks = whole("--ranks", values.ranks, 1);
 if (config.root >= ranks) {
   throw new RangeError(`Invalid -r: expected a root below --ranks ${ranks}, found ${config.root}`);
 }
-/** What MPICH's C program measures: bench/mpi.ts compares only that. */
-const againstC = descriptor.name === "allReduce" && config.op === "sum" && config.dtype === "float32";
+/** What MPICH's C program measures (bench/mpi.ts): any collective of float32, sum where an op applies. */
+const againstC = config.dtype === "float32" && (!descriptor.reduces || config.op === "sum");
+/** What the Gloo script measures: all-reduce of float32 sums. */
+const againstGloo = descriptor.name === "allReduce" && config.op === "sum" && config.dtype === "float32";
+if (peers.includes("gloo") && !againstGloo) {
+  throw new RangeError(
+    `bench:collectives --peer gloo measures allReduce of float32 sums; found --collective ${descriptor.name} ` +
+      `-o ${config.op} -d ${config.dtype}`,
+  );
+}
 
-if (backend === "mpi" && againstC) Deno.exit(await runMpi("mpi"));
+if (backend === "mpi" && (peers.includes("mpi") || againstGloo)) Deno.exit(await runMpi("mpi"));
 if (backend === "cpu" && peers.includes("mpi")) Deno.exit(await againstPeers());
 
 /**
- * `--backend mpi`, or `--peer mpi`: bench/mpi.ts under `mpiexec -n <--ranks>`, which runs MPICH's
- * `MPI_Allreduce` from C in the same invocation as the baseline (all-reduce of float32 sums only).
+ * `--backend mpi`, or `--peer mpi`: bench/mpi.ts under `mpiexec -n <--ranks>`, which runs MPICH's own call
+ * of the collective from C in the same invocation as the baseline (float32, sum where an op applies).
  */
 async function runMpi(measured: "mpi" | "cpu", out?: string): Promise<number> {
   if (!againstC) {
     throw new RangeError(
-      `bench:collectives --peer mpi measures allReduce of float32 sums (MPICH's C program); found ` +
-        `--collective ${descriptor.name} -o ${config.op} -d ${config.dtype}`,
+      `bench:collectives --peer mpi measures float32, with op sum where the collective reduces (MPICH's C ` +
+        `program); found --collective ${descriptor.name} -o ${config.op} -d ${config.dtype}`,
     );
   }
   const file = out ?? values.out;
@@ -157,6 +172,7 @@ async function runMpi(measured: "mpi" | "cpu", out?: string): Promise<number> {
     "-A",
     new URL("./mpi.ts", import.meta.url).pathname,
     ...["--backend", measured, "--np", String(ranks)],
+    ...["--collective", descriptor.name, "--root", String(config.root)],
     ...["-b", values.minbytes, "-e", values.maxbytes, "-f", values.stepfactor],
     ...["-n", values.iters, "-w", values.warmup_iters, "-c", values.check],
     ...["--rounds", values.rounds ?? "5", "--trials", values.trials, "--jit-warmup", values["jit-warmup"]],
@@ -179,15 +195,16 @@ interface MpichRow extends BenchRow {
  * sizes, and one table of the three.
  */
 async function againstPeers(): Promise<number> {
-  const out = values.out ??
-    new URL(`./results/collectives-cpu${values.pool ? "-pool" : ""}-mpich.json`, import.meta.url).pathname;
+  const out = values.out ?? mpichResultsFile("cpu", values.pool, descriptor.name);
   const code = await runMpi("cpu", out);
   if (code !== 0) return code;
   const all = JSON.parse(Deno.readTextFileSync(out)) as MpichRow[];
   const dcomm = all.filter((r) => r.runner === "dcomm");
   const glooRows = peers.includes("gloo") ? await gloo(dcomm) : [];
   console.log(
-    `#\n# all-reduce, float32 sum, ${ranks} ranks: dcomm cpu (shm${
+    `#\n# ${descriptor.name}, float32${descriptor.reduces ? " sum" : ""}${
+      descriptor.rooted ? `, root ${config.root}` : ""
+    }, ${ranks} ranks: dcomm cpu (shm${
       values.pool ? ", pool tensors" : ""
     }) against MPICH (in the same processes, and alone)${glooRows.length ? " and Gloo" : ""}`,
   );
@@ -277,7 +294,7 @@ if (wrong > 0 || code !== 0) Deno.exit(code || 1);
  * rows.
  */
 async function gloo(dcomm: readonly BenchRow[]): Promise<BenchRow[]> {
-  if (!againstC) throw new RangeError("--peer gloo compares allReduce of float32 with op sum only");
+  if (!againstGloo) throw new RangeError("--peer gloo compares allReduce of float32 with op sum only");
   const lines: string[] = [];
   const script = new URL("./native/gloo_allreduce.py", import.meta.url).pathname;
   const r = await launch({

@@ -16,7 +16,7 @@
  *   it (two clock reads, the report, `doneWork(report)`, awaited) and of `await` of a resolved promise;
  * - `dcomm pg.allReduce`: `await pg.allReduce(x)` of the same 8 bytes (the cpu backend, the host segment);
  * - `MPICH MPI_Allreduce`: with mpiexec and mpicc, MPICH's blocking loop from C in the same processes
- *   (`bench/native/mpi_allreduce.c`'s `dcomm_allreduce_loop`, one FFI call per round, as `bench/mpi.ts`).
+ *   (`bench/native/mpi_collectives.c`'s `dcomm_allreduce_loop`, one FFI call per round, as `bench/mpi.ts`).
  *
  * Each round times `-n` calls per implementation after a short untimed run; a round's time is the slower
  * rank's; per implementation the table gives the median and the fastest round, and two paired ratios: the
@@ -350,7 +350,7 @@ async function output(child: Deno.ChildProcess, what: string): Promise<string> {
 /** Builds the C loop's shared library (as bench/mpi.ts does) when it is missing or older than its source. */
 async function buildLibrary(): Promise<string> {
   const here = new URL(".", import.meta.url).pathname;
-  const source = `${here}native/mpi_allreduce.c`, lib = `${here}native/build/libmpi_allreduce.so`;
+  const source = `${here}native/mpi_collectives.c`, lib = `${here}native/build/libmpi_collectives.so`;
   const mtime = (p: string): number => {
     try {
       return Deno.statSync(p).mtime?.getTime() ?? 0;

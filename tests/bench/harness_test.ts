@@ -2,8 +2,9 @@
  * The benchmarks' one harness (`bench/_descriptors.ts`, `bench/_harness.ts`, `bench/_rows.ts`): the
  * descriptors' counts, bus factors and expected outputs against a plain simulation of each collective, the
  * check catching wrong results, the table, the rows' file; the sweep on real ranks (threads), with
- * collectives broken on purpose; and short real runs of `bench/collectives.ts` (cpu, and the mpi paths where
- * MPICH is installed) and the CPU side of `bench/nccl.ts`.
+ * collectives broken on purpose; the MPICH peer's table of collectives (`bench/mpi.ts`, against the C
+ * source's); and short real runs of `bench/collectives.ts` (cpu, and the mpi paths where MPICH is installed)
+ * and the CPU side of `bench/nccl.ts`.
  */
 import assert from "node:assert/strict";
 import type { DType, ReduceOp } from "../../core/dtype.ts";
@@ -28,7 +29,9 @@ import {
   tableHeader,
   tableRow,
 } from "../../bench/_rows.ts";
+import { MPICH_CALLS, mpichResultsFile, wholeCount } from "../../bench/mpi.ts";
 import { parseNcclArgs } from "../../bench/nccl.ts";
+import type { ProcessGroup } from "../../backend/process_group.ts";
 import { gatedTest, hasCommand } from "../_util/skip.ts";
 import type { HarnessArgs, HarnessResult } from "./_fixtures/harness_rank.ts";
 
@@ -46,6 +49,8 @@ Deno.test("COLLECTIVES have nccl-tests' bus factors", () => {
     allGather: [0, 0.5, 0.75, 0.875],
     reduceScatter: [0, 0.5, 0.75, 0.875],
     allToAll: [0, 0.5, 0.75, 0.875],
+    gather: [0, 0.5, 0.75, 0.875],
+    scatter: [0, 0.5, 0.75, 0.875],
   });
 });
 
@@ -57,20 +62,106 @@ Deno.test("COLLECTIVES count whole buffers: equal blocks for the block collectiv
     ["allGather", 8, 4],
     ["reduceScatter", 8, 4],
     ["allToAll", 8, 4],
+    ["gather", 8, 4],
+    ["scatter", 8, 4],
   ]);
   assert.equal(blockCount(0, 3), 3);
-  const lengths = (name: string): { input: number; output: number } =>
-    collective(name).lengths(benchContext(collective(name), { rank: 1, ranks: 4, count: 8 }));
+  const lengths = (name: string, rank = 1, root = 0): { input: number; output: number } =>
+    collective(name).lengths(benchContext(collective(name), { rank, ranks: 4, count: 8, root }));
   assert.deepEqual(lengths("allGather"), { input: 2, output: 8 });
   assert.deepEqual(lengths("reduceScatter"), { input: 8, output: 2 });
   assert.deepEqual(lengths("allToAll"), { input: 8, output: 8 });
+  // Rooted: the root-only buffer is the whole count on the root and empty elsewhere.
+  assert.deepEqual(lengths("gather", 1, 1), { input: 2, output: 8 });
+  assert.deepEqual(lengths("gather", 2, 1), { input: 2, output: 0 });
+  assert.deepEqual(lengths("scatter", 1, 1), { input: 8, output: 2 });
+  assert.deepEqual(lengths("scatter", 2, 1), { input: 0, output: 2 });
+});
+
+Deno.test("gather and scatter descriptors: rooted, out of place, the root's data in rank order", () => {
+  for (const name of ["gather", "scatter"]) {
+    const d = collective(name);
+    assert.deepEqual([
+      d.reduces,
+      d.rooted,
+      d.inPlace,
+      d.stable(benchContext(d, { rank: 0, ranks: 3, count: 6 })),
+    ], [
+      false,
+      true,
+      false,
+      true,
+    ]);
+    const row = makeRow(d, 1 << 20, 1000, 0, { ...LABELS, root: 2 });
+    assert.deepEqual([row.redop, row.root], ["none", 2]);
+    assert.ok(Math.abs(row.busbwGBs - row.algbwGBs * 0.75) < 1e-9, `${name}: busbw = algbw (n-1)/n`);
+  }
+  // 3 ranks, count 6 (blocks of 2), root 1: rank r's input is value(r, j) = (j + 5r) mod 13.
+  const ctx = (name: string, rank: number) =>
+    benchContext(collective(name), { rank, ranks: 3, count: 6, root: 1 });
+  const gather = collective("gather");
+  assert.deepEqual(Array.from({ length: 6 }, (_, i) => gather.expected(i, ctx("gather", 1))), [
+    0,
+    1,
+    5,
+    6,
+    10,
+    11,
+  ]);
+  assert.deepEqual(Array.from({ length: 2 }, (_, j) => gather.input(j, ctx("gather", 2))), [10, 11]);
+  const scatter = collective("scatter");
+  assert.deepEqual(Array.from({ length: 6 }, (_, j) => scatter.input(j, ctx("scatter", 1))), [
+    5,
+    6,
+    7,
+    8,
+    9,
+    10,
+  ]);
+  assert.deepEqual([0, 1, 2].map((r) => [0, 1].map((i) => scatter.expected(i, ctx("scatter", r)))), [
+    [5, 6],
+    [7, 8],
+    [9, 10],
+  ]);
+});
+
+Deno.test("gather and scatter descriptors pass null for the root-only buffer on the other ranks", async () => {
+  const seen: unknown[][] = [];
+  const input = new Float32Array(2), output = new Float32Array(0);
+  for (const rank of [0, 1]) {
+    const pg = {
+      rank,
+      gather: (...args: unknown[]) => seen.push(["gather", rank, ...args]),
+      scatter: (...args: unknown[]) => seen.push(["scatter", rank, ...args]),
+    } as unknown as ProcessGroup;
+    await collective("gather").run(pg, input, output, { root: 1, op: "sum" });
+    await collective("scatter").run(pg, input, output, { root: 1, op: "sum" });
+  }
+  assert.deepEqual(
+    seen.map((
+      [name, rank, a, b],
+    ) => [
+      name,
+      rank,
+      a === null ? null : a === input ? "input" : "output",
+      b === null ? null : b === input ? "input" : "output",
+    ]),
+    [
+      ["gather", 0, null, "input"],
+      ["scatter", 0, "output", null],
+      ["gather", 1, "output", "input"],
+      ["scatter", 1, "output", "input"],
+    ],
+  );
+  // The call's options go through: the root.
+  assert.deepEqual(seen.map((s) => (s[4] as { root: number }).root), [1, 1, 1, 1]);
 });
 
 Deno.test("collective() names every collective when the name is unknown", () => {
-  assert.throws(() => collective("gather"), {
+  assert.throws(() => collective("gatherv"), {
     name: "RangeError",
-    message:
-      'Unknown collective: expected one of allReduce, broadcast, reduce, allGather, reduceScatter, allToAll, found "gather"',
+    message: "Unknown collective: expected one of allReduce, broadcast, reduce, allGather, reduceScatter, " +
+      'allToAll, gather, scatter, found "gatherv"',
   });
 });
 
@@ -121,6 +212,12 @@ function simulate(
       return inputs.map((_, r) =>
         Array.from({ length: n }, (_, i) => inputs[Math.floor(i / b)][r * b + (i % b)])
       );
+    }
+    case "gather":
+      return inputs.map((_, r) => r === root ? inputs.flat() : []);
+    case "scatter": {
+      const b = inputs[root].length / ranks;
+      return inputs.map((_, r) => inputs[root].slice(r * b, (r + 1) * b));
     }
   }
   throw new Error(`No simulation of ${d.name}`);
@@ -189,7 +286,7 @@ Deno.test("CollectiveDescriptor.stable() says when the data after n calls is the
   assert.equal(stable("allReduce", "avg", 3, "int32"), true);
   assert.equal(stable("reduce", "avg", 4), false); // the root averages its average with the others' inputs
   assert.equal(stable("reduce", "min", 4), true);
-  for (const name of ["broadcast", "allGather", "reduceScatter", "allToAll"]) {
+  for (const name of ["broadcast", "allGather", "reduceScatter", "allToAll", "gather", "scatter"]) {
     assert.equal(stable(name, "sum", 3), true);
   }
 });
@@ -373,6 +470,31 @@ Deno.test("runSweep() counts the wrong elements of a broken collective", async (
   assert.equal(late[0].rows[0].wrong, 1);
 });
 
+Deno.test("bench/mpi.ts knows every collective, with the C library's codes and the right counts", () => {
+  // The C source's names, in its enum's order, are COLLECTIVES' names: the codes bench/mpi.ts passes.
+  const source = Deno.readTextFileSync(new URL("../../bench/native/mpi_collectives.c", import.meta.url));
+  const names = /NAMES\[COLLECTIVES\] = \{([^}]*)\}/.exec(source)?.[1].match(/"(\w+)"/g)?.map((n) =>
+    n.slice(1, -1)
+  );
+  assert.deepEqual(names, COLLECTIVES.map((c) => c.name));
+  assert.deepEqual(Object.keys(MPICH_CALLS), COLLECTIVES.map((c) => c.name));
+  assert.deepEqual(Object.values(MPICH_CALLS).map((c) => c.code), COLLECTIVES.map((_, i) => i));
+  for (const { mpi } of Object.values(MPICH_CALLS)) assert.match(source, new RegExp(`\\b${mpi}\\(`), mpi);
+  // nccl-tests' count from a rank's two tensors, as each descriptor's lengths give them (root 0, rank 1).
+  for (const d of COLLECTIVES) {
+    const count = d.count(24, 4);
+    const c = benchContext(d, { rank: 1, ranks: 4, count });
+    const { input, output } = d.lengths(c);
+    // Gather's non-root output is empty: its count comes from the input.
+    assert.equal(wholeCount(d.name, input, d.inPlace ? input : output, 4), count, d.name);
+  }
+  assert.match(mpichResultsFile("cpu", false, "allReduce"), /\/bench\/results\/collectives-cpu-mpich\.json$/);
+  assert.match(mpichResultsFile("cpu", true, "allReduce"), /\/collectives-cpu-pool-mpich\.json$/);
+  assert.match(mpichResultsFile("mpi", false, "allReduce"), /\/collectives-mpi\.json$/);
+  assert.match(mpichResultsFile("cpu", false, "gather"), /\/collectives-cpu-mpich-gather\.json$/);
+  assert.match(mpichResultsFile("mpi", false, "scatter"), /\/collectives-mpi-scatter\.json$/);
+});
+
 const ENV_DROP =
   /^(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|MASTER_ADDR|MASTER_PORT|PMI_.*|SLURM_.*|OMPI_.*|TORCHELASTIC_.*|DCOMM_.*)$/;
 
@@ -536,6 +658,44 @@ gatedTest(
       "dcomm:64:0",
       "dcomm:8:0",
     ]);
+  },
+);
+
+gatedTest(
+  "bench/collectives.ts --peer mpi --collective gather runs MPICH's MPI_Gather beside dcomm, rooted",
+  { missing: noMpi },
+  async () => {
+    const { code, stdout, rows } = await cli(
+      [
+        ...["--ranks", "2", "--peer", "mpi", "--collective", "gather", "-r", "1", "-d", "float"],
+        ...["-b", "8", "-e", "64", "-f", "8", "-n", "3", "-w", "1"],
+        ...["--trials", "1", "--rounds", "2", "--jit-warmup", "10"],
+      ],
+    );
+    assert.equal(code, 0);
+    assert.match(stdout, /# gather, float32, root 1, 2 ranks/);
+    assert.match(stdout, /MPI_Gather loop/);
+    const lines = tableLines(stdout);
+    // bench/mpi.ts's table, then the side-by-side one; no op, root 1, no wrong element in any group.
+    assert.equal(lines.length, 4);
+    for (const l of lines) {
+      assert.deepEqual([l[2], l[3], l[4], l[8], l[12], l[16]], ["float32", "none", "1", "0", "0", "0"]);
+    }
+    // The paired ratio: 2 rounds, so 2 pairs per size.
+    assert.deepEqual(lines.slice(0, 2).map((l) => l[19]), ["(2)", "(2)"]);
+    assert.deepEqual(rows.map((r) => `${r.runner}:${r.collective}:${r.bytes}:${r.root}:${r.wrong}`).sort(), [
+      "c-inproc:gather:64:1:0",
+      "c-inproc:gather:8:1:0",
+      "c:gather:64:1:0",
+      "c:gather:8:1:0",
+      "dcomm:gather:64:1:0",
+      "dcomm:gather:8:1:0",
+    ]);
+    for (const r of rows) {
+      assert.ok(r.timeUs > 0 && Math.abs(r.busbwGBs - r.algbwGBs / 2) < 1e-9, `${r.runner}: (n-1)/n = 1/2`);
+    }
+    const dcomm = rows.filter((r) => r.runner === "dcomm") as (BenchRow & { vsBaselinePaired?: number })[];
+    for (const r of dcomm) assert.ok((r.vsBaselinePaired ?? 0) > 0, "a paired ratio per size");
   },
 );
 
