@@ -9,9 +9,10 @@
  * This module holds what a training script needs: `init`, the process group and its options, `Work`,
  * `spawnThreads`, the dtypes and the errors. The rest has a sub-path of its own:
  * `@dcomm/dcomm/store` (the rendezvous stores), `@dcomm/dcomm/kernels` (every kernel and the WASM loader),
- * `@dcomm/dcomm/compress` (gradient compression kernels), `@dcomm/dcomm/gpu` (device buffers, streams,
- * RDMA registration), `@dcomm/dcomm/nccl` (the nccl backend's group, tuning and NCCL's config),
- * `@dcomm/dcomm/launch` and `@dcomm/dcomm/doctor` (the CLIs).
+ * `@dcomm/dcomm/compress` (gradient compression kernels), `@dcomm/dcomm/gpu` (device buffers, pinned
+ * memory, streams), `@dcomm/dcomm/rdma` (RDMA memory registration, `registerMemory`),
+ * `@dcomm/dcomm/nccl` (the nccl backend's group, tuning and NCCL's config), `@dcomm/dcomm/launch` and
+ * `@dcomm/dcomm/doctor` (the CLIs).
  *
  * @example All-reduce on a world of one (start more ranks with `jsr:@dcomm/dcomm/launch`)
  * ```ts
@@ -49,6 +50,7 @@ export type {
   DeviceTensor,
   GatherOptions,
   GroupOptions,
+  MonitoredBarrierOptions,
   ObjectRootOptions,
   P2POp,
   ProcessGroup,

@@ -12,7 +12,7 @@
  *
  * @module
  */
-import { checkOp, type DType, dtypeOf, type ReduceOp, type TypedArray } from "../core/dtype.ts";
+import { checkOp, type DType, dtypeOf, isFloat, type ReduceOp, type TypedArray } from "../core/dtype.ts";
 import { DistError, UnsupportedError } from "../core/errors.ts";
 import { checkBlocks, checkCountLength, checkCounts, checkPeer, checkRank, countsSum } from "./_checks.ts";
 import { checkCompression, type CheckedCompression } from "./_compression.ts";
@@ -25,6 +25,7 @@ import {
   type GatherOptions,
   type GroupOptions,
   isDeviceTensor,
+  type MonitoredBarrierOptions,
   type ObjectRootOptions,
   type P2POp,
   type ProcessGroup,
@@ -35,6 +36,7 @@ import {
   type SplitOptions,
 } from "./process_group.ts";
 import { Work } from "./work.ts";
+import { checkWaitAll, monitoredBarrier, type MonitorStore } from "./_monitored_barrier.ts";
 import {
   allGatherObject,
   broadcastObject,
@@ -126,6 +128,11 @@ export interface CallRecord {
   readonly counts?: readonly number[];
   /** An uneven all-to-all's `recvCounts`, checked. */
   readonly recvCounts?: readonly number[];
+  /**
+   * Deterministic mode (`ReduceOptions.deterministic`, or the group's): set only where it changes
+   * something, a sum, avg or product of floats, whose contributions must then fold in rank order.
+   */
+  readonly deterministic?: boolean;
   /** The narrower dtype an all-reduce travels in (`ReduceOptions.commDtype`), if any. */
   readonly commDtype?: DType;
   /** The codec of a compressed all-reduce (`ReduceOptions.compression`), checked. */
@@ -149,6 +156,8 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
   #lastTensor: AnyTensor | undefined;
   #lastAsked: DType | undefined;
   #lastDtype: DType = "float32";
+  // Monitored barriers called so far (their keys and messages carry the number).
+  #monitored = 0;
   /** This rank within the group, or -1 if this rank is not a member. */
   abstract readonly rank: number;
   /** The number of ranks in the group. */
@@ -187,6 +196,17 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
    * `compression`); a backend without one refuses them with an `UnsupportedError`. @default false
    */
   protected get codecThread(): boolean {
+    return false;
+  }
+  /** Whether the group's reducing calls run in deterministic mode unless a call says otherwise. @default false */
+  protected get deterministicDefault(): boolean {
+    return false;
+  }
+  /**
+   * Whether the backend can fold a reduction's contributions in rank order (deterministic mode); one that
+   * cannot refuses it with an `UnsupportedError`. @default false
+   */
+  protected get foldsInOrder(): boolean {
     return false;
   }
   /**
@@ -228,7 +248,16 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
       const compression = options.compression === undefined
         ? undefined
         : checkCompression(options.compression, dtype, op, tensor as ArrayBufferView, options);
-      return { dtype, op, tensor, count: tensor.length, servers, commDtype, compression };
+      const deterministic = this.#deterministic("all-reduce", dtype, op, options);
+      if (deterministic && (compression !== undefined || commDtype !== undefined)) {
+        throw new UnsupportedError(
+          `Cannot all-reduce deterministically with ${
+            compression ? "compression" : "commDtype"
+          }: the codecs ` +
+            `and narrower sums do not fold the ranks in rank order; drop one of the two`,
+        );
+      }
+      return { dtype, op, tensor, count: tensor.length, servers, commDtype, compression, deterministic };
     });
   }
 
@@ -244,9 +273,11 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
   reduce(tensor: AnyTensor, options: RootReduceOptions = NO_OPTIONS): W {
     return this.#call("reduce", options, () => {
       onlyAllReduce("reduce", options);
+      const dtype = this.#dtype("reduce", tensor, "tensor", options), op = opOf("reduce", options);
       return {
-        dtype: this.#dtype("reduce", tensor, "tensor", options),
-        op: opOf("reduce", options),
+        dtype,
+        op,
+        deterministic: this.#deterministic("reduce", dtype, op, options),
         root: checkRank("reduce", "root", options.root ?? 0, this.size),
         tensor,
         count: tensor.length,
@@ -271,12 +302,13 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
       const dtype = this.#pair("reduce-scatter", output, input, options);
       const op = opOf("reduce-scatter", options);
       onlyAllReduce("reduce-scatter", options);
+      const deterministic = this.#deterministic("reduce-scatter", dtype, op, options);
       if (options.counts === undefined) {
         checkBlocks("reduceScatter", output, input, this.size);
-        return { dtype, op, input, output, count: input.length };
+        return { dtype, op, input, output, count: input.length, deterministic };
       }
       const counts = this.#counts("reduce-scatter", options.counts, "output", output, "input", input);
-      return { dtype, op, input, output, count: countsSum(counts), counts };
+      return { dtype, op, input, output, count: countsSum(counts), counts, deterministic };
     });
   }
 
@@ -366,6 +398,47 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
 
   recvObject<T>(peer: number, options?: CallOptions): Promise<T> {
     return recvObject(this, peer, options);
+  }
+
+  monitoredBarrier(options: MonitoredBarrierOptions = NO_OPTIONS): Promise<void> {
+    const what = "monitoredBarrier";
+    if (this.isClosed) return Promise.reject(new DistError(`Cannot ${what}: the process group is closed`));
+    if (this.rank < 0) {
+      throw new RangeError(`Cannot ${what}: this rank is not a member of ${this.describe()}`);
+    }
+    if (options === null || typeof options !== "object") {
+      throw new TypeError(`Cannot ${what}: expected an options object, found ${options}`);
+    }
+    const timeoutMs = options.timeoutMs ?? this.defaultTimeoutMs;
+    if (typeof timeoutMs !== "number" || !(timeoutMs > 0)) {
+      const found = typeof timeoutMs === "number" ? String(timeoutMs) : describeValue(timeoutMs);
+      throw new RangeError(`Cannot ${what}: expected timeoutMs to be a number > 0, found ${found}`);
+    }
+    const signal = options.signal;
+    if (signal !== undefined && !(signal instanceof AbortSignal)) {
+      throw new TypeError(
+        `Cannot ${what}: expected signal to be an AbortSignal, found ${describeValue(signal)}`,
+      );
+    }
+    const waitAll = checkWaitAll(options);
+    // Numbered on every member alike, refused calls aside.
+    const seq = this.#monitored++;
+    if (signal?.aborted) {
+      return Promise.reject(
+        new DistError(`Aborted before it started: ${signal.reason}`, { code: "ABORTED" }),
+      );
+    }
+    return monitoredBarrier({ pg: this, seq, timeoutMs, waitAll, signal, board: this.monitorStore });
+  }
+
+  /**
+   * Where this group's monitored barriers meet: the world's store, under a prefix of the group's own, for
+   * a backend whose receives run one after another or fail the group on a timeout (cpu, nccl); by
+   * default (`undefined`) over the group's own send and recv (mpi: receives side by side, cancelled on
+   * timeout). See `_monitored_barrier.ts`.
+   */
+  protected get monitorStore(): MonitorStore | undefined {
+    return undefined;
   }
 
   barrier(options: CallOptions = NO_OPTIONS): W {
@@ -627,6 +700,27 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
     return checked;
   }
 
+  /**
+   * Whether a reducing call runs in deterministic mode: its option, or the group's default; true only
+   * for sums, averages and products of floats (integers wrap and min/max do not depend on the order).
+   */
+  #deterministic(
+    what: string,
+    dtype: DType,
+    op: ReduceOp,
+    options: { deterministic?: boolean },
+  ): boolean | undefined {
+    const asked = options.deterministic ?? this.deterministicDefault;
+    if (typeof asked !== "boolean") {
+      throw new TypeError(
+        `Cannot ${what}: expected deterministic to be a boolean, found ${describeValue(asked)}`,
+      );
+    }
+    if (!asked || !isFloat(dtype) || op === "min" || op === "max") return undefined;
+    if (!this.foldsInOrder) throw deterministicUnsupported(this.backend, what);
+    return true;
+  }
+
   /** The dtype of an out-of-place pair: both checked, and the same. */
   #pair(what: string, output: AnyTensor, input: AnyTensor, options: CallOptions): DType {
     const a = this.#dtype(what, input, "input", options);
@@ -688,6 +782,20 @@ function rootOnly(what: string, name: string, tensor: AnyTensor | null, atRoot: 
         describeValue(tensor),
     );
   }
+}
+
+/**
+ * The error of a backend that cannot fold reductions in rank order (deterministic mode).
+ *
+ * @param backend The backend's name.
+ * @param what The call, as messages name it (or `init`).
+ * @returns The error to throw.
+ */
+export function deterministicUnsupported(backend: string, what: string): UnsupportedError {
+  return new UnsupportedError(
+    `Cannot ${what} deterministically: the ${backend} backend reduces in its library's own order; use the ` +
+      `cpu backend, or leave deterministic off`,
+  );
 }
 
 /** Refuses `commDtype` and `compression` on a reducing call other than an all-reduce. */

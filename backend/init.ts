@@ -12,6 +12,7 @@ import { UnsupportedError } from "../core/errors.ts";
 import type { ProcessGroup } from "./process_group.ts";
 import { initCpu, type SegmentOptions } from "./cpu/create.ts";
 import { initMpiBackend } from "./mpi/create.ts";
+import { deterministicUnsupported } from "./_front.ts";
 import { initNccl, type NcclOptions } from "./nccl/create.ts";
 import { recordErrors } from "./_error_file.ts";
 import { environment } from "./_rendezvous.ts";
@@ -65,6 +66,12 @@ export interface InitOptions {
    * instead, at no cost). @default true
    */
   checkCalls?: boolean;
+  /**
+   * Deterministic mode for every reducing call of the world and its sub-groups (a call's own
+   * `deterministic` wins): sums of floats fold in rank order (see `ReduceOptions.deterministic`). The cpu
+   * backend only. @default false
+   */
+  deterministic?: boolean;
   /** The environment to read. @default Deno.env.toObject() */
   env?: Readonly<Record<string, string | undefined>>;
   /** Options of the nccl backend: the CUDA device and NCCL's tuning. @default {} */
@@ -100,6 +107,10 @@ export async function init(options: InitOptions = {}): Promise<ProcessGroup> {
   recordErrors(environment(options));
   // Each backend's create.ts does its own rendezvous: cpu and nccl through dcomm's store
   // (`_rendezvous.ts`), mpi through MPI's launcher.
+  if (options.deterministic !== undefined && typeof options.deterministic !== "boolean") {
+    throw new TypeError(`Invalid deterministic: expected a boolean, found ${typeof options.deterministic}`);
+  }
+  if (options.deterministic && backend !== "cpu") throw deterministicUnsupported(backend, "init");
   if (backend === "mpi") return await initMpiBackend(options);
   if (backend === "nccl") {
     // One rank per GPU; the unique id travels through the same store rendezvous as the CPU backend's.

@@ -140,6 +140,14 @@ export interface ReduceOptions extends CallOptions {
    * Every rank must pass the same codec and sizes. @default none
    */
   compression?: Compression;
+  /**
+   * Deterministic mode (cpu backend): a sum, average or product of floats folds the ranks' contributions
+   * in rank order (0, 1, …, n−1), whatever the algorithm, chunking, transport, arrival order or hosts, so
+   * the same inputs give the same bits on every run: through the host segment where the ranks share one,
+   * else by the `"ordered"` algorithms (an explicit other algorithm is refused). Not with `compression` or
+   * `commDtype`. The mpi and nccl backends refuse it. @default the group's (`init({ deterministic })`)
+   */
+  deterministic?: boolean;
 }
 
 /**
@@ -398,6 +406,26 @@ export interface P2POp {
 }
 
 /**
+ * Options of `monitoredBarrier` (torch's `monitored_barrier`'s `timeout` and `wait_all_ranks`).
+ *
+ * @example Naming every rank that did not arrive within 30 s
+ * ```ts
+ * import { init, type MonitoredBarrierOptions } from "@dcomm/dcomm";
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * const options: MonitoredBarrierOptions = { timeoutMs: 30_000, waitAll: true };
+ * await pg.monitoredBarrier(options);
+ * ```
+ */
+export interface MonitoredBarrierOptions {
+  /** Milliseconds the ranks have to arrive. @default the group's timeout */
+  timeoutMs?: number;
+  /** Name every rank that did not arrive, not only the first found. @default false */
+  waitAll?: boolean;
+  /** Aborts the call; the other ranks then fail naming this one. */
+  signal?: AbortSignal;
+}
+
+/**
  * Options of `newGroup`.
  *
  * @example A sub-group with its own default timeout
@@ -559,6 +587,35 @@ export interface ProcessGroup extends AsyncDisposable {
   recvObject<T>(peer: number, options?: CallOptions): Promise<T>;
   /** Resolves once every rank has entered the barrier. */
   barrier(options?: CallOptions): Work;
+  /**
+   * A barrier that names who is missing (torch's `monitored_barrier`): it resolves once every rank has
+   * entered it; past `timeoutMs`, it fails with a `TimeoutError` on every rank that came, naming the ranks
+   * that did not (all of them with `waitAll`, else the first found, e.g. `Monitored barrier timed out
+   * after 500 ms on rank 0: rank 2, rank 3 did not arrive`), and a rank that comes after the others gave
+   * up fails too, at once (it never succeeds after the others failed). The same words on every backend. A
+   * plain `barrier` past its timeout names only the rank it was waiting on, and fails the group on the
+   * cpu and nccl backends; a failed monitored barrier leaves the group usable. For finding ranks that
+   * hang or crashed, not for every step: it costs a few round trips through the rendezvous store (cpu,
+   * nccl) or two messages to and from every other rank (mpi).
+   *
+   * @example A barrier that would say which rank hangs
+   * ```ts
+   * import { init, TimeoutError } from "@dcomm/dcomm";
+   * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+   * try {
+   *   await pg.monitoredBarrier({ timeoutMs: 60_000, waitAll: true });
+   * } catch (e) {
+   *   if (e instanceof TimeoutError) console.error(e.message); // "... rank 3 did not arrive"
+   *   throw e;
+   * }
+   * ```
+   *
+   * @param options The timeout, `waitAll` and an abort signal.
+   * @returns When every rank has arrived.
+   * @throws {RangeError} If `timeoutMs` is not a number > 0, or this rank is not a member.
+   * @throws {TypeError} If `waitAll` is not a boolean, or `signal` not an AbortSignal.
+   */
+  monitoredBarrier(options?: MonitoredBarrierOptions): Promise<void>;
   /** Sends `tensor` to rank `peer` (within the group). */
   send(tensor: AnyTensor, peer: number, options?: CallOptions): Work;
   /** Receives into `tensor` from rank `peer` (within the group). */

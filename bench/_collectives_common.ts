@@ -43,6 +43,8 @@ export interface BenchConfig {
   checkCalls: boolean;
   /** `--pool`: tensors from `pg.alloc()`. */
   pool: boolean;
+  /** `--deterministic`: `init({ deterministic: true })` (sums fold in rank order). */
+  deterministic?: boolean;
   /** `--jit-warmup`: calls of a 1 KiB collective (and a third as many of 256 KiB) before the first size. */
   jitWarmup: number;
   /** Extra untimed calls of the first size. */
@@ -59,7 +61,9 @@ export interface BenchConfig {
  */
 export function describeRun(config: BenchConfig, ranks: number, transport: string): string {
   return `# ${config.collective} on ${ranks} ranks, ${config.backend} backend, algorithm ${config.algorithm}, ` +
-    `transport ${transport}${config.pool ? ", pool tensors" : ""}; ${config.iters} calls timed` +
+    `transport ${transport}${config.pool ? ", pool tensors" : ""}${
+      config.deterministic ? ", deterministic" : ""
+    }; ${config.iters} calls timed` +
     `${config.rounds > 1 ? ` × ${config.rounds} rounds (fastest)` : ""} after ${config.warmup} warm-up, ` +
     `check ${config.check ? "on" : "off"}`;
 }

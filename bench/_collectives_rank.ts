@@ -22,6 +22,7 @@ const poolBytes = Math.ceil((2 * largest + 65536) / 65536) * 65536;
 await using pg = await init({
   backend: config.backend,
   checkCalls: config.checkCalls,
+  deterministic: config.deterministic ?? false,
   ...(config.pool ? { segment: { poolBytes } } : {}),
 });
 const transport = (pg as { transport?: string }).transport ?? pg.backend;

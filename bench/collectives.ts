@@ -69,6 +69,7 @@ const { values } = parseArgs({
     transport: { type: "string", default: "auto" },
     ranks: { type: "string", default: "4" },
     "check-calls": { type: "string", default: "1" },
+    deterministic: { type: "boolean", default: false },
     out: { type: "string" },
     peer: { type: "string" },
     rounds: { type: "string" },
@@ -83,7 +84,7 @@ if (values.help) {
     `Usage: deno task bench:collectives [-b 8] [-e 64M] [-f 4] [-n 20] [-w 5] [-c 1] [-o sum] [-d float32] [-r 0]
   [--backend cpu|mpi] [--collective ${COLLECTIVES.map((c) => c.name).join("|")}]
   [--algorithm auto] [--transport auto|tcp|shm] [--ranks 4] [--check-calls 1] [--out FILE]
-  [--rounds 1] [--pool] [--jit-warmup 3000] [--peer mpi,gloo] [--trials 2]
+  [--rounds 1] [--pool] [--deterministic] [--jit-warmup 3000] [--peer mpi,gloo] [--trials 2]
   --rounds: timed rounds per size, the fastest counts (5 against MPICH); --pool: dcomm's tensors from
   pg.alloc(), in the host segment's pool; --jit-warmup: calls of a 1 KiB collective (and a third as many of
   256 KiB) before the first size; --trials: runs against MPICH, the best counts; --peer mpi: any collective
@@ -129,6 +130,7 @@ const config: BenchConfig = {
   algorithm: values.algorithm,
   transport: values.transport,
   checkCalls: values["check-calls"] !== "0",
+  deterministic: values.deterministic,
   pool: values.pool,
   jitWarmup: whole("--jit-warmup", values["jit-warmup"], 0),
   // As bench/mpi.ts and its C program: 200 more untimed calls of the first size, when it is a small one.

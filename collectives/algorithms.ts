@@ -35,6 +35,7 @@ import {
   halvingReduceScatterCost,
   hierarchicalAllReduceCost,
   linearGatherCost,
+  orderedReduceCost,
   pairwiseAllToAllCost,
   psAllReduceCost,
   recursiveDoublingAllGatherCost,
@@ -74,6 +75,9 @@ import { segmentAllGather } from "./segment_allgather.ts";
 import { segmentReduceScatter } from "./segment_reduce_scatter.ts";
 import { segmentAllToAll } from "./segment_alltoall.ts";
 import { segmentBarrier } from "./segment_barrier.ts";
+import { orderedAllReduce } from "./ordered_allreduce.ts";
+import { orderedReduceScatter } from "./ordered_reduce_scatter.ts";
+import { orderedReduce } from "./ordered_reduce.ts";
 import { segmentGather } from "./segment_gather.ts";
 import { segmentScatter } from "./segment_scatter.ts";
 import { linearGather } from "./linear_gather.ts";
@@ -206,6 +210,11 @@ export interface MessageAlgorithm<C extends Collective = Collective> {
   readonly summary: string;
   /** Whether it runs the v-form too (uneven blocks: `counts`, `sendCounts`/`recvCounts`). @default false */
   readonly uneven?: boolean;
+  /**
+   * Whether its sums fold every rank's contribution in rank order, as the segment's plans do, so that its
+   * bits depend on the inputs alone (the deterministic mode's algorithms). @default false
+   */
+  readonly deterministic?: boolean;
 }
 
 /** The segment algorithm of collective `C`. */
@@ -300,6 +309,15 @@ export const ALGORITHM_DESCRIPTORS = Object.freeze(
       cost: psAllReduceCost,
       summary: "Parameter servers: shards pushed to S server ranks, reduced there and pulled back",
     },
+    {
+      name: "ordered",
+      collective: "allReduce",
+      kind: "messages",
+      run: orderedAllReduce,
+      cost: ringAllReduceCost,
+      summary: "Ordered (deterministic mode): shards folded in rank order where they land, then all-gathered",
+      deterministic: true,
+    },
     // ---- all-gather
     {
       name: "segment",
@@ -352,6 +370,16 @@ export const ALGORITHM_DESCRIPTORS = Object.freeze(
       cost: halvingReduceScatterCost,
       summary: "Recursive halving (MPICH's), any size",
     },
+    {
+      name: "ordered",
+      collective: "reduceScatter",
+      kind: "messages",
+      uneven: true,
+      run: orderedReduceScatter,
+      cost: ringReduceScatterCost,
+      summary: "Ordered (deterministic mode): every rank's block r to rank r, folded there in rank order",
+      deterministic: true,
+    },
     // ---- broadcast
     {
       name: "segment",
@@ -393,6 +421,16 @@ export const ALGORITHM_DESCRIPTORS = Object.freeze(
       run: binomialReduce,
       cost: binomialReduceCost,
       summary: "Binomial tree (MPICH's): ⌈log2 n⌉ rounds, in a fixed order",
+    },
+    {
+      name: "ordered",
+      collective: "reduce",
+      kind: "messages",
+      run: orderedReduce,
+      cost: orderedReduceCost,
+      summary:
+        "Ordered (deterministic mode): an ordered reduce-scatter, then the shards gathered at the root",
+      deterministic: true,
     },
     // ---- all-to-all
     {

@@ -103,6 +103,9 @@ export { linearScatter } from "./linear_scatter.ts";
 export { binomialGather } from "./binomial_gather.ts";
 export { binomialScatter } from "./binomial_scatter.ts";
 export { binomialBroadcast } from "./binomial_broadcast.ts";
+export { orderedAllReduce } from "./ordered_allreduce.ts";
+export { orderedReduceScatter } from "./ordered_reduce_scatter.ts";
+export { orderedReduce } from "./ordered_reduce.ts";
 export { binomialReduce } from "./binomial_reduce.ts";
 export { chainBroadcast } from "./chain_broadcast.ts";
 export { directAllReduce } from "./direct_allreduce.ts";
@@ -208,6 +211,14 @@ export const UNEVEN_ALGORITHMS: { readonly [C in Collective]: readonly string[] 
   Object.freeze(list.flatMap((d) => d.kind === "messages" && d.uneven ? [d.name] : []))
 );
 
+/**
+ * The message algorithm of each reducing collective that folds in rank order (the deterministic mode's),
+ * by collective; the host segment's plans fold in member order too.
+ */
+export const DETERMINISTIC_ALGORITHMS: { readonly [C in Collective]: readonly string[] } = perCollective((
+  list,
+) => Object.freeze(list.flatMap((d) => d.kind === "messages" && d.deterministic ? [d.name] : [])));
+
 /** A call shape with the constants to price it at. */
 export interface PredictOptions extends CostShape {
   /** The transport's constants. */
@@ -267,6 +278,8 @@ export interface ChooseOptions {
   intra?: CostConstants;
   /** A v-form (uneven blocks): only the algorithms that run it, and never the segment. @default false */
   uneven?: boolean;
+  /** Deterministic mode: only the algorithms that fold in rank order (or the segment). @default false */
+  deterministic?: boolean;
 }
 
 /** Costs within this relative margin count as equal, so that rounding never overrides preference. */
@@ -298,7 +311,9 @@ export function chooseAlgorithm<C extends Collective>(
   let best: AlgorithmName[C] | undefined;
   let bestCost = Infinity;
   for (const d of BY_COLLECTIVE[collective]) {
-    if (d.kind === "segment" || (uneven && !d.uneven)) continue;
+    if (d.kind === "segment" || (uneven && !d.uneven) || (options.deterministic && !d.deterministic)) {
+      continue;
+    }
     const cost = d.cost({ size, bytes, chunkBytes, servers, hosts, intra }, constants);
     if (best === undefined || cost < bestCost * (1 - TIE)) {
       best = d.name as AlgorithmName[C];

@@ -439,6 +439,14 @@ export function binomialGatherCost(shape: CostShape, constants: CostConstants): 
   return messages * constants.alpha + (n - 1) * b * constants.beta;
 }
 
+/**
+ * Ordered reduce (deterministic mode; m = buffer bytes): an ordered reduce-scatter then a linear gather of
+ * the shards, `2(n−1)·k·α + 2·(n−1)/n·m·β + (n−1)/n·m·γ`, k = ⌈m/(n·chunkBytes)⌉.
+ */
+export function orderedReduceCost(shape: CostShape, constants: CostConstants): number {
+  return ringAllReduceCost(shape, constants);
+}
+
 /** Pairwise all-to-all (m = input bytes): `(n−1)·(k·α + (m/n)·β)`, k = ⌈m/(n·chunkBytes)⌉. */
 export function pairwiseAllToAllCost(shape: CostShape, constants: CostConstants): number {
   const { n, m, chunk } = unpack(shape);

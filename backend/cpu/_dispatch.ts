@@ -83,6 +83,7 @@ export function resolveAlgorithm(
     segment?: boolean;
     hosts?: readonly number[];
     uneven?: boolean;
+    deterministic?: boolean;
   },
 ): string {
   if (collective === "send" || collective === "recv") return "";

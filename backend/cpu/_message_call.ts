@@ -105,7 +105,9 @@ export class MessageCall {
         waitingOn.delete(from);
       },
     };
-    const reducer = env.reducer, dtype = op.dtype, reduceOp = reduceOpOf(op.op);
+    // The ordered algorithms fold avg as the kernels' avg (the sum scaled once, as the segment's plans do).
+    const reducer = env.reducer, dtype = op.dtype;
+    const reduceOp = algorithm === "ordered" ? op.op : reduceOpOf(op.op);
     this.#ctx = {
       comm,
       elemSize: dtypeSize(op.dtype),
@@ -142,7 +144,7 @@ export class MessageCall {
       await disseminationBarrier(ctx);
     }
     await runAlgorithm(ctx, op, this.#algorithm, { input: env.view(op.input), output: env.view(op.output) });
-    if (op.op === "avg") this.#average();
+    if (op.op === "avg" && this.#algorithm !== "ordered") this.#average();
   }
 
   /** The report of the call, done now; counts it in its group's sequence. */

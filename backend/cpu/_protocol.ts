@@ -76,6 +76,8 @@ export interface OpRequest {
   counts?: readonly number[];
   /** An uneven all-to-all's `recvCounts`. */
   recvCounts?: readonly number[];
+  /** Deterministic mode: a fold in rank order (the segment, or an `"ordered"` algorithm). */
+  deterministic?: boolean;
   /** The input (or the in-place tensor). */
   input?: Region | PointerRegion | PoolRegion;
   /** The output, for out-of-place collectives. */

@@ -43,7 +43,8 @@ export type RequestRecord = Float64Array;
  * servers, count, then buffer id, offset and length of the input and of the output (-1 for none), and
  * the timeout. A tensor reached by its address has buffer id -2, its address in place of the offset; a
  * tensor in the pool buffer id -3, its offset in the pool.
- * Calls that resume a segment call, compressed all-reduces and v-forms (their counts) go by message.
+ * Calls that resume a segment call, compressed all-reduces, v-forms (their counts) and deterministic calls
+ * go by message.
  *
  * @param op The call.
  * @param algorithms The algorithm names by code ("auto" is -1).
@@ -61,7 +62,7 @@ export function encodeRequest(
   if (
     (algorithm === -1 && op.algorithm !== "auto") || op.resume !== undefined ||
     op.compression !== undefined ||
-    op.counts !== undefined
+    op.counts !== undefined || op.deterministic
   ) return false;
   out[0] = op.id;
   out[1] = op.group;

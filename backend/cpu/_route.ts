@@ -67,7 +67,15 @@ export interface RouteSite {
 /** What of a call its route depends on. */
 export type RoutedCall = Pick<
   CallRecord,
-  "collective" | "algorithm" | "tensor" | "input" | "output" | "compression" | "commDtype" | "counts"
+  | "collective"
+  | "algorithm"
+  | "tensor"
+  | "input"
+  | "output"
+  | "compression"
+  | "commDtype"
+  | "counts"
+  | "deterministic"
 >;
 
 /**
@@ -142,6 +150,13 @@ export function route(call: RoutedCall, site: RouteSite): Route {
     }
     checkUneven(collective, call.algorithm);
     return site.byAddress ? BY_ADDRESS : STAGED;
+  }
+  if (call.deterministic && !["auto", "segment", "ordered"].includes(call.algorithm)) {
+    // Only the segment's plans and the ordered algorithms fold in rank order.
+    throw new UnsupportedError(
+      `Cannot ${VERB[collective]} deterministically with algorithm "${call.algorithm}": expected "auto", ` +
+        `"segment" or "ordered"`,
+    );
   }
   const segment = runsOnSegment(call.algorithm, usable);
   const input = inputOf(call);

@@ -157,6 +157,10 @@ export class SegmentRun {
       // Polite: where ranks outnumber cores, the peer being waited for may need this one.
       schedYield();
     }
+    // Done here, but a member may have given the call up (timed out, failed) after posting its part: a
+    // late rank must fail as the others did, not succeed (see drive, which marks the abort first).
+    const failure = this.peerFailure(false);
+    if (failure) throw failure;
     return true;
   }
 
@@ -183,11 +187,17 @@ export class SegmentRun {
       const failure = this.peerFailure(liveness);
       if (failure) throw failure;
       if (now >= deadline) {
+        // One last look: a peer that posted just now lets the call finish rather than fail.
+        if (this.spin(0)) return;
         const peers = this.waitingOn();
         const waiting = peers.length ? `, waiting for rank ${peers.join(", rank ")}` : "";
-        throw new TimeoutError(
+        const error = new TimeoutError(
           `Timed out after ${timeoutMs} ms in ${this.#named.description} on rank ${seg.rank}${waiting}`,
         );
+        // Marked in the segment before anything else: a late peer that completes the call from now on
+        // sees it given up and fails too (the engine's abort after this keeps this first reason).
+        seg.abort(error.message);
+        throw error;
       }
       const stillWaiting = (): boolean => !this.#pipeline.progress();
       if (now - lastYield < YIELD_MS) {

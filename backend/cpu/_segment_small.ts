@@ -15,6 +15,7 @@ import type { DType, ReduceOp, TypedArray } from "../../core/dtype.ts";
 import type { SegmentState } from "../../collectives/segment_context.ts";
 import { type HostSegment, reached, SEGMENT_HEADER_BYTES } from "../../transport/segment.ts";
 import { encodeCallInto } from "./_descriptor.ts";
+import { DistError, TransportError } from "../../core/errors.ts";
 
 /**
  * The largest tensor this path takes, in bytes (above it, the general pipeline's chunks and threads pay
@@ -187,6 +188,18 @@ export class SmallAllReduce {
     }
     if (t.byteLength <= JS_REDUCE_BYTES) reduceInto(t, areas, at, dtype, op);
     else this.#reducePosts(this.#members, at * es, dtype, op, t);
+    // Done, but a member may have given the call up (timed out, failed) after posting: a late rank fails
+    // as the others did rather than succeed (the general pipeline's spin checks the same).
+    for (let q = 0; q < size; q++) {
+      const reason = seg.abortReason(this.#members[q]);
+      if (reason !== undefined) {
+        throw q === me
+          ? new DistError(reason)
+          : new TransportError(`Rank ${this.#members[q]} aborted: ${reason}`, {
+            peer: this.#members[q],
+          });
+      }
+    }
     Atomics.store(mine, this.#consumed, seq);
     seg.ring(this.#members);
     return undefined;

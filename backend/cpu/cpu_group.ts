@@ -13,6 +13,7 @@ import { epochNowMs } from "../../ffi/libc/libc.ts";
 import { DistError } from "../../core/errors.ts";
 import type { AllocOptions, AnyTensor, GroupOptions, ProcessGroup } from "../process_group.ts";
 import { type CallRecord, GroupFront } from "../_front.ts";
+import type { MonitorStore } from "../_monitored_barrier.ts";
 import { doneWork, Work, workReport } from "../work.ts";
 import type { Collective, OpRequest, PointerRegion, PoolRegion, Region } from "./_protocol.ts";
 import type { SegmentExecutor } from "./_segment_exec.ts";
@@ -55,6 +56,10 @@ export interface CpuGroupOptions {
   timeoutMs: number;
   /** Runs when the world group closes (after the engine), e.g. to close the store; told whether the group failed. */
   onClose?: (failed: boolean) => Promise<void>;
+  /** The world's store and this job's key prefix, where monitored barriers meet. */
+  store?: MonitorStore;
+  /** Whether reducing calls run in deterministic mode by default (`init({ deterministic })`). */
+  deterministic?: boolean;
 }
 
 /** A process group of the CPU backend. */
@@ -68,6 +73,9 @@ export class CpuProcessGroup extends GroupFront {
   #site: GroupSite;
   #timeoutMs: number;
   #onClose?: (failed: boolean) => Promise<void>;
+  #store: MonitorStore | undefined;
+  readonly #deterministic: boolean;
+  #monitor: MonitorStore | undefined;
   #closed = false;
   #lastTensor: TypedArray | undefined;
   #lastBytes: Uint8Array | undefined;
@@ -96,6 +104,8 @@ export class CpuProcessGroup extends GroupFront {
     this.rank = options.ranks.indexOf(options.globalRank);
     this.#timeoutMs = options.timeoutMs;
     this.#onClose = options.onClose;
+    this.#store = options.store;
+    this.#deterministic = options.deterministic ?? false;
     this.#site = new GroupSite(engine, options.id);
   }
 
@@ -120,6 +130,12 @@ export class CpuProcessGroup extends GroupFront {
     checkAlgorithm(collective, name);
   }
 
+  /** Monitored barriers meet in the world's store: this engine's receives run one after another. */
+  protected override get monitorStore(): MonitorStore | undefined {
+    const s = this.#store;
+    return this.#monitor ??= s && { store: s.store, prefix: `${s.prefix}/monitored-barrier/${this.#id}` };
+  }
+
   async newGroup(ranks: readonly number[], options: GroupOptions = {}): Promise<ProcessGroup> {
     // (A closed group says so first, in groupInOrder.)
     return await this.groupInOrder(this.isClosed ? [...ranks] : checkGroupRanks(ranks, this.size), options);
@@ -136,7 +152,14 @@ export class CpuProcessGroup extends GroupFront {
     const me = this.ranks[this.rank];
     if (global.includes(me)) this.#engine.addGroup(id, global, timeoutMs);
     return await Promise.resolve(
-      new CpuProcessGroup(this.#engine, { id, ranks: global, globalRank: me, timeoutMs }),
+      new CpuProcessGroup(this.#engine, {
+        id,
+        ranks: global,
+        globalRank: me,
+        timeoutMs,
+        store: this.#store,
+        deterministic: this.#deterministic,
+      }),
     );
   }
 
@@ -175,6 +198,15 @@ export class CpuProcessGroup extends GroupFront {
     const failed = this.#engine.failure !== undefined;
     await this.#engine.close();
     await this.#onClose?.(failed);
+  }
+
+  /** Reductions fold in rank order through the segment's plans or the `"ordered"` algorithms. */
+  protected override get foldsInOrder(): boolean {
+    return true;
+  }
+
+  protected override get deterministicDefault(): boolean {
+    return this.#deterministic;
   }
 
   /** The communication Worker casts and compresses. */
@@ -248,6 +280,7 @@ export class CpuProcessGroup extends GroupFront {
       count: call.count,
       counts: call.counts,
       recvCounts: call.recvCounts,
+      deterministic: call.deterministic,
       timeoutMs: call.timeoutMs,
       commDtype: call.commDtype,
     };

@@ -125,5 +125,7 @@ export async function initCpu(options: InitOptions = {}): Promise<CpuProcessGrou
     globalRank: info.rank,
     timeoutMs,
     onClose: (failed: boolean) => rendezvous.checkOut("", failed),
+    store: { store: rendezvous.store, prefix: rendezvous.prefix },
+    deterministic: options.deterministic ?? false,
   });
 }

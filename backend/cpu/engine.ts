@@ -241,6 +241,7 @@ export class Engine {
       segment: group.segment && !(op.counts !== undefined && op.collective === "allToAll"),
       hosts: group.hosts,
       uneven: op.counts !== undefined && !(group.segment && op.collective !== "allToAll"),
+      deterministic: op.deterministic,
     });
     if (algorithm === "segment") return await this.#runSegment(op, group);
     return await this.#runMessages(op, group, algorithm);

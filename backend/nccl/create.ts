@@ -200,6 +200,7 @@ export async function createNcclGroup(options: CreateNcclGroupOptions): Promise<
     comm,
     timeoutMs,
     onClose: options.onClose,
+    store: { store: options.store, prefix: options.prefix ?? "dcomm/nccl" },
   });
 }
 

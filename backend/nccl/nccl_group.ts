@@ -18,6 +18,7 @@
  */
 import { checkGroupRanks } from "../_checks.ts";
 import { type CallRecord, type Collective, GroupFront, VERB } from "../_front.ts";
+import type { MonitorStore } from "../_monitored_barrier.ts";
 import { type DType, dtypeOf, dtypeSize, type ReduceOp, type TypedArray } from "../../core/dtype.ts";
 import { DistError, UnsupportedError } from "../../core/errors.ts";
 import { MemcpyKind, MemoryType } from "../../ffi/cudart/constants.ts";
@@ -78,6 +79,8 @@ export interface NcclGroupInit {
   readonly timeoutMs: number;
   /** Runs when the world group closes, after every communicator is destroyed. */
   readonly onClose?: () => Promise<void>;
+  /** The world's store and its keys' prefix, where monitored barriers meet. */
+  readonly store?: MonitorStore;
 }
 
 // A tensor resolved to a device address: a device tensor as it is, or a host array's staging slot.
@@ -158,6 +161,8 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
   #stream: Stream | null;
   #timeoutMs: number;
   #onClose?: () => Promise<void>;
+  #store: MonitorStore | undefined;
+  #monitor: MonitorStore | undefined;
   #children: NcclProcessGroup[] = [];
   #barrier: DeviceBuffer | undefined;
   #abortReason: Error | undefined;
@@ -179,6 +184,7 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
     this.#comm = init.comm;
     this.#timeoutMs = init.timeoutMs;
     this.#onClose = init.onClose;
+    this.#store = init.store;
     this.#stream = init.comm ? Stream.create({ device: init.rank.device }) : null;
   }
 
@@ -300,6 +306,12 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
 
   /** Any device tensor or host TypedArray; a device tensor must be on this rank's device (see #operand). */
   protected override checkTensor(): void {}
+
+  /** @internal Monitored barriers meet in the world's store: NCCL's calls on a stream wait in turn. */
+  protected override get monitorStore(): MonitorStore | undefined {
+    const s = this.#store;
+    return this.#monitor ??= s && { store: s.store, prefix: `${s.prefix}/monitored-barrier/${this.#id}` };
+  }
 
   /** @internal Refuses every algorithm name but `"nccl"` (and `"auto"`, which the front lets through). */
   protected checkAlgorithm(collective: Collective, name: string): void {
@@ -798,6 +810,7 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
       globalRank: me,
       comm: child,
       timeoutMs,
+      store: this.#store,
     });
     this.#children.push(group);
     return group;

@@ -61,3 +61,13 @@ Deno.test("small sums of different lengths fail on every rank with a MismatchErr
     assert.match(line, /3 × float32/);
   }
 });
+
+Deno.test("a small sum the others timed out of fails on the late rank too, not succeeds", async () => {
+  const { results, text } = await launchedRun<Result>(FIXTURE, 3, { DCOMM_TRANSPORT: "shm" }, 60_000, [
+    "abandoned",
+  ]);
+  for (const r of results) assert.deepEqual(r.failures, []);
+  const lines = [...text.matchAll(/ABANDONED (\d) (.*)$/gm)];
+  assert.equal(lines.length, 3, text.slice(-3000));
+  assert.match(lines.find((m) => m[1] === "2")?.[2] ?? "", /aborted: Timed out after 500 ms/);
+});

@@ -84,11 +84,21 @@ Deno.test("ALGORITHMS, the registries, SEGMENT_PLANS and COST_FUNCTIONS are the 
   }
   // The preference order, as the README lists it.
   assert.deepEqual(ALGORITHMS, {
-    allReduce: ["segment", "ring", "hierarchical", "halving-doubling", "double-tree", "tree", "direct", "ps"],
+    allReduce: [
+      "segment",
+      "ring",
+      "hierarchical",
+      "halving-doubling",
+      "double-tree",
+      "tree",
+      "direct",
+      "ps",
+      "ordered",
+    ],
     allGather: ["segment", "ring", "recursive-doubling"],
-    reduceScatter: ["segment", "ring", "halving"],
+    reduceScatter: ["segment", "ring", "halving", "ordered"],
     broadcast: ["segment", "binomial", "chain"],
-    reduce: ["segment", "binomial"],
+    reduce: ["segment", "binomial", "ordered"],
     allToAll: ["segment", "pairwise"],
     barrier: ["segment", "dissemination"],
     gather: ["segment", "linear", "binomial"],

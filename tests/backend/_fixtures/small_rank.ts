@@ -83,6 +83,19 @@ if (mode === "bits") {
   for (let i = 0; i < 20; i++) {
     await check("float32", "avg", 5, 80 + i, pg.rank === 0 ? "segment" : undefined);
   }
+} else if (mode === "abandoned") {
+  // The last rank comes after the others timed out of the call: it must fail too, not succeed.
+  await pg.barrier();
+  const late = pg.rank === pg.size - 1;
+  if (late) await new Promise((r) => setTimeout(r, 1500));
+  try {
+    await pg.allReduce(new Float32Array(4).fill(1), { timeoutMs: 500 });
+    failures.push(`rank ${pg.rank}: the abandoned all-reduce succeeded`);
+  } catch (e) {
+    console.log(`ABANDONED ${pg.rank} ${(e as Error).name}: ${(e as Error).message}`);
+  }
+  // The ranks that gave up wait for the late one before they go.
+  await new Promise((r) => setTimeout(r, late ? 100 : 2000));
 } else if (mode === "mismatch") {
   try {
     await pg.allReduce(new Float32Array(pg.rank === 0 ? 2 : 3));
@@ -92,5 +105,5 @@ if (mode === "bits") {
   }
 }
 console.log(`RESULT ${JSON.stringify({ rank: pg.rank, failures, calls, smallCalls, small, handedOn })}`);
-if (mode !== "mismatch") await pg.close();
+if (mode !== "mismatch" && mode !== "abandoned") await pg.close();
 else Deno.exit(0);
