@@ -105,6 +105,7 @@ export function blockChunk(bytes: number, size: number, c: number): number {
  * @param p Bytes per piece ({@linkcode pieceBytes}).
  * @param c The chunk.
  * @param b The buffer.
+ * @param skip A block not to copy (the scatter root's own), or -1.
  */
 export function postUnevenPieces(
   ctx: SegmentContext,
@@ -113,9 +114,11 @@ export function postUnevenPieces(
   p: number,
   c: number,
   b: number,
+  skip = -1,
 ): void {
   const mine = ctx.buffer(ctx.rank, b);
   for (let j = 0; j < ctx.size; j++) {
+    if (j === skip) continue;
     const at = blocks.offsets[j] + c * p, len = blockChunk(blocks.lengths[j], p, c);
     if (len > 0) mine.set(input.subarray(at, at + len), j * p);
   }

@@ -1,8 +1,8 @@
 /**
  * Gather through the shared segment: the root's `output` (n blocks of b bytes) gets every member's `input`
- * as block `member`, in k = ⌈b/c⌉ chunks: each member copies its chunk in (post), then the root copies
- * every member's chunk out (finish). The root copies b in and n·b out, every other member b in. Cost
- * `(k+1)·α + (b + n·b)·β`.
+ * as block `member`, in k = ⌈b/c⌉ chunks: each member but the root copies its chunk in (post), then the
+ * root copies every member's chunk out, its own from its input (finish). The root copies n·b, every other
+ * member b. Cost `(k+1)·α + (b + n·b)·β`.
  *
  * @module
  */
@@ -35,14 +35,21 @@ export function segmentGather(
   return {
     chunks: chunks.count,
     post(c: number, buf: number): void {
+      // The root's own block goes straight from its input to its output (finish), not through the buffer.
       const len = blockChunk(b, size, c);
-      if (len > 0) ctx.buffer(ctx.rank, buf).set(input.subarray(c * size, c * size + len));
+      if (len > 0 && out === undefined) {
+        ctx.buffer(ctx.rank, buf).set(input.subarray(c * size, c * size + len));
+      }
     },
     finish(c: number, buf: number): void {
       if (out === undefined) return;
       for (let q = 0; q < ctx.size; q++) {
         const len = blockChunk(lengths[q], size, c);
-        if (len > 0) out.set(ctx.buffer(q, buf).subarray(0, len), offsets[q] + c * size);
+        if (len <= 0) continue;
+        const from = q === ctx.rank
+          ? input.subarray(c * size, c * size + len)
+          : ctx.buffer(q, buf).subarray(0, len);
+        out.set(from, offsets[q] + c * size);
       }
     },
   };

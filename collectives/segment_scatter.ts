@@ -1,8 +1,9 @@
 /**
  * Scatter through the shared segment: block `member` of the root's `input` (n blocks of b bytes) lands in
  * that member's `output`. A chunk carries one piece (p = ⌊c/n⌋ bytes) of each block, k = ⌈b/p⌉ chunks:
- * the root copies its n pieces in (post), then every member copies its piece of the root's buffer out
- * (finish). The root copies n·b in and b out, every other member b out. Cost `(k+1)·α + (n·b + b)·β`.
+ * the root copies the n − 1 pieces of the others in (post), then every other member copies its piece of the
+ * root's buffer out and the root its own block from its input (finish). The root copies n·b, every other
+ * member b. Cost `(k+1)·α + (n·b + b)·β`.
  *
  * @module
  */
@@ -34,11 +35,19 @@ export function segmentScatter(
   return {
     chunks: chunks.count,
     post(c: number, buf: number): void {
-      if (all !== undefined) postUnevenPieces(ctx, all, blocks, p, c, buf);
+      // The root's own block goes straight from its input to its output (finish), not through the buffer.
+      if (all !== undefined) postUnevenPieces(ctx, all, blocks, p, c, buf, root);
     },
     finish(c: number, buf: number): void {
-      const len = blockChunk(own, p, c), at = ctx.rank * p;
-      if (len > 0) output.set(ctx.buffer(root, buf).subarray(at, at + len), c * p);
+      const len = blockChunk(own, p, c);
+      if (len <= 0) return;
+      if (all !== undefined) {
+        const at = blocks.offsets[root] + c * p;
+        output.set(all.subarray(at, at + len), c * p);
+      } else {
+        const at = ctx.rank * p;
+        output.set(ctx.buffer(root, buf).subarray(at, at + len), c * p);
+      }
     },
   };
 }
