@@ -1,9 +1,14 @@
 /**
- * The one locator of native libraries (NCCL, the CUDA runtime, libibverbs, MPI): an environment override
- * per library, then versioned sonames in the usual CUDA folders and in the `nvidia/<pkg>/lib` folders
- * where pip's CUDA wheels put them (as PyTorch users have them), then the loader's own search
- * (`LD_LIBRARY_PATH`, the ldconfig cache). A miss throws {@linkcode LibraryNotFoundError} listing every
- * path tried and the fix.
+ * The one locator of native libraries (NCCL, the CUDA runtime, libibverbs, MPI, libc, the CUDA driver): an
+ * environment override per library, then versioned sonames in the usual CUDA folders and in the
+ * `nvidia/<pkg>/lib` folders where pip's CUDA wheels put them (as PyTorch users have them), then the
+ * loader's own search (`LD_LIBRARY_PATH`, the ldconfig cache). A miss throws
+ * {@linkcode LibraryNotFoundError} listing every path tried and the fix.
+ *
+ * An override that is set is the only place looked at: it must name the library's file, or a folder
+ * holding one of its sonames. One that names no file (`DCOMM_NCCL_PATH=/nonexistent/libnccl.so.2`) is a
+ * {@linkcode LibraryNotFoundError} naming the variable and its value, never a silent fall back to
+ * another copy of the library found elsewhere; so is a file there that does not open.
  *
  * Nothing here opens a library at import time; bindings call {@linkcode openLibrary} on first use.
  *
@@ -46,6 +51,23 @@ function env(name: string): string | undefined {
 function isFile(path: string): boolean {
   try {
     return Deno.statSync(path).isFile;
+  } catch {
+    return false;
+  }
+}
+
+function isFolder(path: string): boolean {
+  try {
+    return Deno.statSync(path).isDirectory;
+  } catch {
+    return false;
+  }
+}
+
+function exists(path: string): boolean {
+  try {
+    Deno.statSync(path);
+    return true;
   } catch {
     return false;
   }
@@ -108,20 +130,25 @@ export function candidateFolders(spec: LibrarySpec): string[] {
 }
 
 /**
- * Finds a library without opening it: the override, then the candidate folders. Returns the bare sonames
- * for the loader to search when nothing matched on disk.
+ * Finds a library without opening it: the override alone when it is set, else the candidate folders.
+ * Returns the bare sonames for the loader to search when nothing matched on disk.
  *
  * @param spec The library.
  * @returns The paths to try with dlopen, in order, and what was passed over.
+ * @throws {LibraryNotFoundError} If the override is set and names no file: neither the library's file nor
+ * a folder holding one of its sonames. The message names the variable and its value; nothing else is
+ * searched.
  */
 export function locateLibrary(spec: LibrarySpec): { candidates: string[]; tried: string[] } {
   const tried: string[] = [];
   const override = env(spec.envVar);
   if (override) {
-    const paths = isFile(override) ? [override] : spec.sonames.map((s) => `${override}/${s}`);
+    if (isFile(override)) return { candidates: [override], tried };
+    const folder = isFolder(override);
+    const paths = folder ? spec.sonames.map((s) => `${override}/${s}`) : [override];
     const found = paths.filter(isFile);
     if (found.length) return { candidates: found, tried };
-    tried.push(...paths.map((p) => `${p} (from ${spec.envVar}: no such file)`));
+    throw overrideNamesNoFile(spec, override, folder, paths);
   }
   const candidates: string[] = [];
   for (const dir of candidateFolders(spec)) {
@@ -136,13 +163,38 @@ export function locateLibrary(spec: LibrarySpec): { candidates: string[]; tried:
   return { candidates, tried };
 }
 
+// The override is what the user asked for: searching on would load another copy than the one named.
+function overrideNamesNoFile(
+  spec: LibrarySpec,
+  override: string,
+  folder: boolean,
+  paths: readonly string[],
+): LibraryNotFoundError {
+  const sonames = spec.sonames.join(" or ");
+  const what = folder
+    ? `a folder with no ${sonames} in it`
+    : exists(override)
+    ? "which is neither a file nor a folder"
+    : "and no file is there";
+  const why = folder ? "no such file" : exists(override) ? "not a file" : "no such file or folder";
+  const tried = paths.map((p) => `${p} (from ${spec.envVar}: ${why})`);
+  return new LibraryNotFoundError(
+    `Cannot find ${spec.name}: ${spec.envVar} is set to ${override}, ${what}. Tried:\n  ${
+      tried.join("\n  ")
+    }\nFix: set ${spec.envVar} to the library's file or to a folder holding ${sonames}, or unset it ` +
+      `to let dcomm search for ${spec.name}`,
+    { tried },
+  );
+}
+
 /**
  * Opens a library with `Deno.dlopen`, trying every candidate in order.
  *
  * @param spec The library.
  * @param symbols The symbol table.
  * @returns The library and the path that opened.
- * @throws {LibraryNotFoundError} If no candidate opened; it lists every path tried and the fix.
+ * @throws {LibraryNotFoundError} If no candidate opened, or the override names no file (see
+ * {@linkcode locateLibrary}); it lists every path tried and the fix.
  */
 export function openLibrary<S extends Deno.ForeignLibraryInterface>(
   spec: LibrarySpec,

@@ -255,7 +255,20 @@ export function ibverbsMissing(): string | undefined {
   }
 }
 
-/** A libibverbs call failed; `errno` says why. */
+/**
+ * A libibverbs call failed; `errno` says why.
+ *
+ * @example What a failed registration says (here built by hand)
+ * ```ts
+ * import { DistError, IbverbsError } from "@dcomm/dcomm/rdma";
+ * import assert from "node:assert/strict";
+ * const error = new IbverbsError("ibv_reg_mr(1048576 bytes)", 12, { hint: "raise ulimit -l" });
+ * assert.ok(error instanceof DistError);
+ * assert.equal(error.code, "IBVERBS");
+ * assert.equal(error.errno, 12);
+ * assert.equal(error.message, "ibv_reg_mr(1048576 bytes) failed with ENOMEM (raise ulimit -l)");
+ * ```
+ */
 export class IbverbsError extends DistError {
   /** The call, as `name(arguments)`. */
   readonly call: string;
@@ -285,7 +298,24 @@ export class IbverbsError extends DistError {
   }
 }
 
-/** There is no RDMA device to use: either shape of `ibv_get_device_list`'s "none", or no such name. */
+/**
+ * There is no RDMA device to use: either shape of `ibv_get_device_list`'s "none", or no such name.
+ *
+ * @example What registering says when the device named is not there (or there is none)
+ * ```ts
+ * import { NoRdmaDeviceError, rdmaDevices, registerMemory, UnsupportedError } from "@dcomm/dcomm/rdma";
+ * import assert from "node:assert/strict";
+ * if (rdmaDevices().library !== undefined) { // libibverbs loads
+ *   assert.throws(() => registerMemory(new Uint8Array(64), { device: "no-such-device" }), (e: unknown) => {
+ *     assert.ok(e instanceof NoRdmaDeviceError && e instanceof UnsupportedError);
+ *     assert.equal(e.code, "NO_RDMA_DEVICE");
+ *     // "No RDMA devices: ibv_get_device_list failed with ..." or "No RDMA device named no-such-device: found ..."
+ *     assert.match(e.message, /^Cannot register 64 bytes of host memory: No RDMA device/);
+ *     return true;
+ *   });
+ * }
+ * ```
+ */
 export class NoRdmaDeviceError extends UnsupportedError {
   /** errno of `ibv_get_device_list` when it returned NULL; 0 when it returned an empty list. */
   readonly errno: number;

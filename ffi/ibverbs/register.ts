@@ -62,6 +62,27 @@ export type { GpuRegistrationPath } from "./_gpudirect.ts";
 
 /**
  * GPU memory as the CUDA binding's `DeviceBuffer` describes it (any object of this shape is accepted).
+ *
+ * @example A `DeviceBuffer` is one (without a GPU, `cudaStatus` says why; without RDMA, the error does)
+ * ```ts
+ * import { type DeviceMemory, registerMemory } from "@dcomm/dcomm/rdma";
+ * import { cudaStatus, DeviceBuffer } from "@dcomm/dcomm/gpu";
+ * import { DistError } from "@dcomm/dcomm";
+ * const status = cudaStatus();
+ * if (status.available) {
+ *   using grad = DeviceBuffer.alloc(1 << 20);
+ *   const memory: DeviceMemory = grad; // its pointer, byteLength and device
+ *   try {
+ *     using region = registerMemory(memory, { access: ["remote-write"] });
+ *     console.log(`GPU memory registered through ${region.path}`);
+ *   } catch (e) {
+ *     if (!(e instanceof DistError)) throw e;
+ *     console.log(e.message); // no RDMA device, or the GPUDirect prerequisites missing
+ *   }
+ * } else {
+ *   console.log(`No GPU: ${status.reason}`);
+ * }
+ * ```
  */
 export interface DeviceMemory {
   /** The device address of the first byte. */
@@ -72,10 +93,33 @@ export interface DeviceMemory {
   readonly device: number;
 }
 
-/** What may be registered: host memory, or GPU memory. */
+/**
+ * What may be registered: host memory, or GPU memory.
+ *
+ * @example Host memory of every shape, and what is refused before any device is opened
+ * ```ts
+ * import { type RegisterableMemory, registerMemory } from "@dcomm/dcomm/rdma";
+ * import assert from "node:assert/strict";
+ * const bytes = new ArrayBuffer(4096);
+ * const shapes: RegisterableMemory[] = [bytes, new Float32Array(bytes, 1024), new DataView(bytes, 0, 64)];
+ * console.log(shapes.map((m) => m.byteLength)); // [4096, 3072, 64]
+ * assert.throws(() => registerMemory(new Float32Array(0)), RangeError);
+ * ```
+ */
 export type RegisterableMemory = ArrayBufferView | ArrayBuffer | DeviceMemory;
 
-/** What a peer (or the local NIC) may do with registered memory. */
+/**
+ * What a peer (or the local NIC) may do with registered memory.
+ *
+ * @example A buffer peers write into and read from; an unknown name is refused
+ * ```ts
+ * import { type MemoryAccess, registerMemory } from "@dcomm/dcomm/rdma";
+ * import assert from "node:assert/strict";
+ * const access: MemoryAccess[] = ["remote-write", "remote-read"]; // "local-write" is implied
+ * console.log(access);
+ * assert.throws(() => registerMemory(new Uint8Array(8), { access: ["write" as MemoryAccess] }), TypeError);
+ * ```
+ */
 export type MemoryAccess =
   | "local-write"
   | "remote-write"
@@ -310,7 +354,22 @@ function registerGpu(
   }
 }
 
-/** GPU memory cannot be registered here: neither dma-buf nor the peer-memory module works. */
+/**
+ * GPU memory cannot be registered here: neither dma-buf nor the peer-memory module works.
+ *
+ * @example Its list of what is missing
+ * ```ts
+ * import { GpuDirectUnavailableError, UnsupportedError } from "@dcomm/dcomm/rdma";
+ * import assert from "node:assert/strict";
+ * const error = new GpuDirectUnavailableError("Cannot register 1048576 bytes of GPU memory", [
+ *   "peer-memory: no peer-memory module is loaded",
+ * ]);
+ * assert.ok(error instanceof UnsupportedError);
+ * assert.equal(error.code, "GPUDIRECT_UNAVAILABLE");
+ * assert.equal(error.message, "Cannot register 1048576 bytes of GPU memory:\n  - peer-memory: no peer-memory module is loaded");
+ * assert.deepEqual(error.missing, ["peer-memory: no peer-memory module is loaded"]);
+ * ```
+ */
 export class GpuDirectUnavailableError extends UnsupportedError {
   /** Each missing prerequisite, in words. */
   readonly missing: readonly string[];
@@ -478,7 +537,17 @@ export function gpuDirectStatus(options: GpuDirectStatusOptions = {}): GpuDirect
   };
 }
 
-/** One port, as {@linkcode rdmaDevices} reports it. */
+/**
+ * One port, as {@linkcode rdmaDevices} reports it.
+ *
+ * @example The active ports of every device
+ * ```ts
+ * import { type RdmaPortSummary, rdmaDevices } from "@dcomm/dcomm/rdma";
+ * const active: RdmaPortSummary[] = rdmaDevices().devices.flatMap((d) => d.ports)
+ *   .filter((p) => p.state === "ACTIVE");
+ * console.log(active.map((p) => `port ${p.port}: ${p.linkLayer}, MTU ${p.mtu}, GID ${p.gid0}`));
+ * ```
+ */
 export interface RdmaPortSummary {
   /** The port number. */
   readonly port: number;
@@ -494,7 +563,17 @@ export interface RdmaPortSummary {
   readonly gid0: string | undefined;
 }
 
-/** One device, as {@linkcode rdmaDevices} reports it. */
+/**
+ * One device, as {@linkcode rdmaDevices} reports it.
+ *
+ * @example A line per device
+ * ```ts
+ * import { type RdmaDeviceSummary, rdmaDevices } from "@dcomm/dcomm/rdma";
+ * const line = (d: RdmaDeviceSummary): string =>
+ *   d.problem ? `${d.name}: ${d.problem}` : `${d.name} (firmware ${d.firmware}): ${d.ports.length} port(s)`;
+ * rdmaDevices().devices.forEach((d) => console.log(line(d)));
+ * ```
+ */
 export interface RdmaDeviceSummary extends RdmaDeviceInfo {
   /** Firmware version, when the device could be queried. */
   readonly firmware: string | undefined;
@@ -504,7 +583,19 @@ export interface RdmaDeviceSummary extends RdmaDeviceInfo {
   readonly problem: string | undefined;
 }
 
-/** What {@linkcode rdmaDevices} reports. */
+/**
+ * What {@linkcode rdmaDevices} reports.
+ *
+ * @example Is there an RDMA device here?
+ * ```ts
+ * import { type RdmaDevicesSummary, rdmaDevices } from "@dcomm/dcomm/rdma";
+ * import assert from "node:assert/strict";
+ * const summary: RdmaDevicesSummary = rdmaDevices(); // never throws
+ * if (summary.devices.length) console.log(`libibverbs at ${summary.library}`);
+ * else console.log(`No RDMA here: ${summary.problem}`);
+ * assert.equal(summary.devices.length === 0, summary.problem !== undefined);
+ * ```
+ */
 export interface RdmaDevicesSummary {
   /** Where libibverbs was loaded from, or `undefined` if it was not found. */
   readonly library: string | undefined;
@@ -555,7 +646,7 @@ function summarise(info: RdmaDeviceInfo): RdmaDeviceSummary {
  * @returns The library path, the devices, and the problem if there are none.
  * @example Printing it
  * ```ts
- * import { rdmaDevices } from "./register.ts";
+ * import { rdmaDevices } from "@dcomm/dcomm/rdma";
  * const { devices, problem } = rdmaDevices(); // never throws
  * console.log(problem ?? devices.map((d) => `${d.name}: ${d.ports.map((p) => p.state).join(", ")}`));
  * ```

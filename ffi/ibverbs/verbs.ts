@@ -62,7 +62,16 @@ export {
 } from "./queue_pair.ts";
 import { Struct } from "../_struct.ts";
 
-/** What the device list says of one device. */
+/**
+ * What the device list says of one device.
+ *
+ * @example The devices' names and node GUIDs, as `ibv_devices` prints them
+ * ```ts
+ * import { type RdmaDeviceInfo, rdmaDevices } from "@dcomm/dcomm/rdma";
+ * const infos: RdmaDeviceInfo[] = [...rdmaDevices().devices];
+ * console.log(infos.map((d) => `${d.name.padEnd(16)} ${d.guid}`).join("\n") || "no RDMA devices");
+ * ```
+ */
 export interface RdmaDeviceInfo {
   /** The device's name, e.g. `"mlx5_0"`. */
   readonly name: string;

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { doctor, formatDoctor, resolveLibraryFile } from "../../cli/doctor.ts";
 import { gatedTest } from "../_util/skip.ts";
 import { CUDART_MISSING, GPU_MISSING, GPU_PRESENT, NCCL_MISSING } from "../_util/gpu.ts";
+import { nccl } from "../../ffi/nccl/nccl.ts";
 
 const DOCTOR = new URL("../../cli/doctor.ts", import.meta.url).pathname;
 
@@ -151,4 +152,48 @@ gatedTest("doctor() reports every path tried for NCCL when it is not installed",
   assert.ok((lib?.tried?.length ?? 0) > 0, `expected paths tried, found ${JSON.stringify(lib)}`);
   const text = formatDoctor(report);
   for (const path of lib?.tried ?? []) assert.ok(text.includes(path), `${path} missing from:\n${text}`);
+});
+
+Deno.test("the doctor CLI reports an override that names no file as the library's error, not another copy found", async () => {
+  // A pip copy of NCCL on PYTHONPATH (the real one when it loads here, else a stand-in file): the copy
+  // the locator found, and doctor reported, in place of the DCOMM_NCCL_PATH it was given.
+  const dir = await Deno.makeTempDir();
+  try {
+    const pipLib = `${dir}/site/nvidia/nccl/lib`;
+    await Deno.mkdir(pipLib, { recursive: true });
+    const real = NCCL_MISSING === undefined ? resolveLibraryFile(nccl().path) : undefined;
+    if (real?.startsWith("/")) await Deno.symlink(real, `${pipLib}/libnccl.so.2`);
+    else await Deno.writeTextFile(`${pipLib}/libnccl.so.2`, "a stand-in for pip's libnccl");
+    const missing = `${dir}/nonexistent/libnccl.so.2`;
+    const env = { DCOMM_NCCL_PATH: missing, PYTHONPATH: `${dir}/site` };
+    const first = `Cannot find NCCL (libnccl): DCOMM_NCCL_PATH is set to ${missing}, and no file is there`;
+
+    const json = await runDoctor(["--backend", "nccl", "--json"], env);
+    assert.equal(json.code, 1, json.stdout);
+    const report = JSON.parse(json.stdout);
+    const lib = report.libraries.find((l: { name: string }) => l.name === "NCCL");
+    assert.equal(lib.found, false, `expected NCCL not found, found ${JSON.stringify(lib)}`);
+    assert.equal(lib.path, undefined);
+    assert.equal(lib.problem.split("\n")[0], `${first}. Tried:`);
+    assert.deepEqual(lib.tried, [`${missing} (from DCOMM_NCCL_PATH: no such file or folder)`]);
+    assert.ok(!lib.problem.includes(pipLib), lib.problem);
+    assert.equal(report.backends.nccl.ok, false);
+    assert.equal(report.backends.nccl.reason, `${first} (1 path tried, listed under Libraries)`);
+    assert.deepEqual(report.ncclFeatures, []);
+
+    const text = await runDoctor(["--backend", "nccl"], env);
+    assert.equal(text.code, 1, text.stdout);
+    const lines = text.stdout.split("\n");
+    const at = lines.findIndex((l) => /^ {2}NCCL +not usable: /.test(l));
+    assert.ok(at >= 0, `expected the NCCL line, found:\n${text.stdout}`);
+    assert.equal(lines[at], `  ${"NCCL".padEnd(22)} not usable: ${first}. Tried:`);
+    assert.equal(lines[at + 1], `${" ".repeat(25)}${lib.tried[0]}`);
+    assert.match(
+      lines[at + 2],
+      /^ {25}Fix: set DCOMM_NCCL_PATH to the library's file or to a folder holding/,
+    );
+    assert.ok(!text.stdout.includes(pipLib), text.stdout);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });
