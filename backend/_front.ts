@@ -12,7 +12,16 @@
  *
  * @module
  */
-import { checkOp, type DType, dtypeOf, isFloat, type ReduceOp, type TypedArray } from "../core/dtype.ts";
+import {
+  checkFactor,
+  checkOp,
+  checkOpDType,
+  type DType,
+  dtypeOf,
+  isFloat,
+  type ReduceOp,
+  type TypedArray,
+} from "../core/dtype.ts";
 import { DistError, UnsupportedError } from "../core/errors.ts";
 import { checkBlocks, checkCountLength, checkCounts, checkPeer, checkRank, countsSum } from "./_checks.ts";
 import { checkCompression, type CheckedCompression } from "./_compression.ts";
@@ -101,6 +110,8 @@ export interface CallRecord {
   readonly dtype: DType;
   /** The reduction (`sum` for collectives without one). */
   readonly op: ReduceOp;
+  /** `premulSum`'s factor, checked finite (and finite in the dtype); undefined for every other op. */
+  readonly factor?: number;
   /** The root (broadcast, reduce, gather, scatter) or the peer (send, recv), as a rank of the group; 0 otherwise. */
   readonly root: number;
   /** The in-place tensor (all-reduce, broadcast, reduce, send, recv). */
@@ -198,6 +209,17 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
   protected get codecThread(): boolean {
     return false;
   }
+  /**
+   * Whether the backend runs `op` on `dtype` (the front has checked that the op applies to the dtype); one
+   * that cannot is refused at the front with {@linkcode opUnsupported}'s words. @default true
+   *
+   * @param _op The op.
+   * @param _dtype The dtype.
+   * @returns Whether it does.
+   */
+  protected supportsOp(_op: ReduceOp, _dtype: DType): boolean {
+    return true;
+  }
   /** Whether the group's reducing calls run in deterministic mode unless a call says otherwise. @default false */
   protected get deterministicDefault(): boolean {
     return false;
@@ -244,7 +266,7 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
         );
       }
       const commDtype = commDtypeOf(dtype, options.commDtype);
-      const op = opOf("all-reduce", options);
+      const op = opOf("all-reduce", options), factor = this.#reduction("all-reduce", dtype, op, options);
       const compression = options.compression === undefined
         ? undefined
         : checkCompression(options.compression, dtype, op, tensor as ArrayBufferView, options);
@@ -257,7 +279,17 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
             `and narrower sums do not fold the ranks in rank order; drop one of the two`,
         );
       }
-      return { dtype, op, tensor, count: tensor.length, servers, commDtype, compression, deterministic };
+      return {
+        dtype,
+        op,
+        factor,
+        tensor,
+        count: tensor.length,
+        servers,
+        commDtype,
+        compression,
+        deterministic,
+      };
     });
   }
 
@@ -274,9 +306,11 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
     return this.#call("reduce", options, () => {
       onlyAllReduce("reduce", options);
       const dtype = this.#dtype("reduce", tensor, "tensor", options), op = opOf("reduce", options);
+      const factor = this.#reduction("reduce", dtype, op, options);
       return {
         dtype,
         op,
+        factor,
         deterministic: this.#deterministic("reduce", dtype, op, options),
         root: checkRank("reduce", "root", options.root ?? 0, this.size),
         tensor,
@@ -301,14 +335,15 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
     return this.#call("reduceScatter", options, () => {
       const dtype = this.#pair("reduce-scatter", output, input, options);
       const op = opOf("reduce-scatter", options);
+      const factor = this.#reduction("reduce-scatter", dtype, op, options);
       onlyAllReduce("reduce-scatter", options);
       const deterministic = this.#deterministic("reduce-scatter", dtype, op, options);
       if (options.counts === undefined) {
         checkBlocks("reduceScatter", output, input, this.size);
-        return { dtype, op, input, output, count: input.length, deterministic };
+        return { dtype, op, factor, input, output, count: input.length, deterministic };
       }
       const counts = this.#counts("reduce-scatter", options.counts, "output", output, "input", input);
-      return { dtype, op, input, output, count: countsSum(counts), counts, deterministic };
+      return { dtype, op, factor, input, output, count: countsSum(counts), counts, deterministic };
     });
   }
 
@@ -701,6 +736,25 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
   }
 
   /**
+   * Checks a reducing call's op against its dtype (the same TypeError on every backend), `premulSum`'s
+   * factor, and then whether the backend runs the op (an UnsupportedError in one set of words).
+   *
+   * @returns The factor, for `premulSum`.
+   */
+  #reduction(what: string, dtype: DType, op: ReduceOp, options: { factor?: number }): number | undefined {
+    let factor: number | undefined;
+    try {
+      checkOpDType(op, dtype);
+      factor = checkFactor(op, options.factor, dtype);
+    } catch (e) {
+      const Kind = e instanceof RangeError ? RangeError : TypeError;
+      throw new Kind(`Cannot ${what}: ${(e as Error).message}`);
+    }
+    if (!this.supportsOp(op, dtype)) throw opUnsupported(this.backend, what, op, dtype);
+    return factor;
+  }
+
+  /**
    * Whether a reducing call runs in deterministic mode: its option, or the group's default; true only
    * for sums, averages and products of floats (integers wrap and min/max do not depend on the order).
    */
@@ -795,6 +849,23 @@ export function deterministicUnsupported(backend: string, what: string): Unsuppo
   return new UnsupportedError(
     `Cannot ${what} deterministically: the ${backend} backend reduces in its library's own order; use the ` +
       `cpu backend, or leave deterministic off`,
+  );
+}
+
+/**
+ * The error of a backend that cannot run a reduce op (the nccl backend's bitwise ops): the same words on
+ * every backend that refuses one.
+ *
+ * @param backend The backend's name.
+ * @param what The call, as messages name it.
+ * @param op The op.
+ * @param dtype The dtype.
+ * @returns The error to throw.
+ */
+export function opUnsupported(backend: string, what: string, op: ReduceOp, dtype: DType): UnsupportedError {
+  return new UnsupportedError(
+    `Cannot ${what} ${dtype} with op "${op}": the ${backend} backend cannot reduce with it; use the cpu or ` +
+      `mpi backend, which run every op`,
   );
 }
 

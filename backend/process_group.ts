@@ -120,8 +120,38 @@ export interface CallOptions {
  * ```
  */
 export interface ReduceOptions extends CallOptions {
-  /** The reduction. @default "sum" */
+  /**
+   * The reduction (see {@linkcode ReduceOp}): `band`, `bor` and `bxor` take integer and bool tensors (the
+   * nccl backend has no bitwise ops and refuses them with an `UnsupportedError`, bar `band`/`bor` of
+   * bools), `premulSum` float tensors and a `factor`; bools take `sum`/`max`/`bor` (or),
+   * `prod`/`min`/`band` (and) and `bxor`. A combination that does not apply is a `TypeError`.
+   * @default "sum"
+   */
   op?: ReduceOp;
+  /**
+   * `op: "premulSum"` only, and required there: a finite number that multiplies this rank's input (in the
+   * tensor's dtype, as NCCL's `ncclRedOpCreatePreMulSum`) before the sum, so the result is Σ factorᵣ·xᵣ
+   * over the ranks r. Each rank's factor scales its own input: ranks may pass different ones (a weighted
+   * sum), and `factor: 1 / size` is an average taken before the sum. The cpu and mpi backends scale a
+   * copy of the input (the tensor itself for an all-reduce) with the WASM kernels, then sum; the nccl
+   * backend runs NCCL's PreMulSum (NCCL 2.11). Another op with a factor is a `TypeError`, a factor that
+   * is not finite (or overflows the dtype) a `RangeError`. @default none
+   *
+   * @example Gradients scaled by 1/size before the sum: an average that cannot overflow
+   * ```ts
+   * import { init } from "@dcomm/dcomm";
+   * import assert from "node:assert/strict";
+   * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+   * const grad = new Float32Array([2, 4]);
+   * await pg.allReduce(grad, { op: "premulSum", factor: 1 / pg.size });
+   * assert.deepEqual(grad, new Float32Array([2, 4]));
+   * await pg.allReduce(grad, { op: "premulSum", factor: 0.5 });
+   * assert.deepEqual(grad, new Float32Array([1, 2]));
+   * assert.throws(() => pg.allReduce(grad, { op: "premulSum" }), TypeError); // no factor
+   * assert.throws(() => pg.allReduce(new Int32Array(2), { op: "premulSum", factor: 2 }), TypeError);
+   * ```
+   */
+  factor?: number;
   /** The algorithm, or `"auto"` to let the cost model choose. @default "auto" */
   algorithm?: string;
   /** For the `"ps"` all-reduce: how many ranks (0..servers-1) serve shards. @default the group size (co-located) */
@@ -300,13 +330,39 @@ export interface CountsOptions extends CallOptions {
   algorithm?: string;
 }
 
-/** Options of `reduceScatter`: an op and, for uneven blocks, `counts`. */
+/**
+ * Options of `reduceScatter`: an op and, for uneven blocks, `counts`.
+ *
+ * @example Uneven shards of a sum (a world of one: its shard is the whole)
+ * ```ts
+ * import { init, type ReduceScatterOptions } from "@dcomm/dcomm";
+ * import assert from "node:assert/strict";
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * const options: ReduceScatterOptions = { op: "sum", counts: [3] };
+ * const shard = new Float32Array(3);
+ * await pg.reduceScatter(shard, new Float32Array([1, 2, 3]), options);
+ * assert.deepEqual(shard, new Float32Array([1, 2, 3]));
+ * ```
+ */
 export interface ReduceScatterOptions extends ReduceOptions {
   /** Rank r's block of the result, in elements, the same list on every rank. @default equal blocks */
   counts?: readonly number[];
 }
 
-/** Options of `gather` and `scatter`: a root and, for uneven blocks, `counts`. */
+/**
+ * Options of `gather` and `scatter`: a root and, for uneven blocks, `counts`.
+ *
+ * @example Gathering blocks of different lengths on rank 0
+ * ```ts
+ * import { type GatherOptions, init } from "@dcomm/dcomm";
+ * import assert from "node:assert/strict";
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * const options: GatherOptions = { root: 0, counts: [2] };
+ * const all = pg.rank === 0 ? new Int32Array(2) : null;
+ * await pg.gather(all, new Int32Array([4, 5]), options);
+ * if (all) assert.deepEqual(all, new Int32Array([4, 5]));
+ * ```
+ */
 export interface GatherOptions extends RootOptions {
   /** Rank r's block, in elements, the same list on every rank. @default equal blocks */
   counts?: readonly number[];

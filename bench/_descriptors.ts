@@ -279,6 +279,7 @@ const EXACT_LIMIT: Readonly<Record<DType, number>> = {
   bfloat16: 256,
   float32: 2 ** 24,
   float64: 2 ** 53,
+  bool: 1,
 };
 
 /** The largest power of two each dtype holds exactly, as its exponent (products of 2s stay below it). */
@@ -293,6 +294,7 @@ const MAX_POW2: Readonly<Record<DType, number>> = {
   bfloat16: 127,
   float32: 127,
   float64: 1023,
+  bool: 0,
 };
 
 /** Where a size runs: the rank, the world, the element count, dtype, op and root. */
@@ -360,6 +362,14 @@ export function benchContext(descriptor: CollectiveDescriptor, options: ContextO
         const sum = values.reduce((a, b) => a + b, 0);
         return isFloat(dtype) ? sum / ranks : Math.trunc(sum / ranks);
       }
+      case "band":
+        return values.reduce((a, b) => a & b);
+      case "bor":
+        return values.reduce((a, b) => a | b);
+      case "bxor":
+        return values.reduce((a, b) => a ^ b);
+      case "premulSum":
+        throw new RangeError("The benchmarks run no premulSum: its factor is not part of a context");
     }
   });
   return { rank, ranks, count, dtype, op, root, value, reduced: (j) => table[j % m] };

@@ -43,7 +43,7 @@ if (pg.rank === 0) {
   );
   console.log("#      bytes   default µs   determ. µs   determ./default (paired)");
   for (const [base, det] of results) {
-    const ratios = base.roundsUs!.map((t, i) => det.roundsUs![i] / t).sort((a, b) => a - b);
+    const ratios = (base.roundsUs ?? []).map((t, i) => (det.roundsUs ?? [])[i] / t).sort((a, b) => a - b);
     const paired = ratios[ratios.length >> 1];
     console.log(
       `${String(base.bytes).padStart(12)} ${base.timeUs.toFixed(1).padStart(12)} ${

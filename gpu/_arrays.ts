@@ -6,7 +6,8 @@
 import { arrayKind, type DType, dtypeOf, type TypedArray } from "../core/dtype.ts";
 
 /**
- * A new zeroed TypedArray for `length` elements of `dtype` (`Uint16Array` holds bfloat16 bits).
+ * A new zeroed TypedArray for `length` elements of `dtype` (`Uint16Array` holds bfloat16 bits, `Uint8Array`
+ * bools).
  *
  * @param dtype The dtype.
  * @param length The element count.
@@ -34,6 +35,8 @@ export function newArray(dtype: DType, length: number): TypedArray {
       return new Float32Array(length);
     case "float64":
       return new Float64Array(length);
+    case "bool":
+      return new Uint8Array(length);
   }
   throw new TypeError(`Unknown dtype: ${String(dtype)}`);
 }
@@ -69,6 +72,8 @@ export function arrayView(dtype: DType, buffer: ArrayBuffer, byteOffset: number,
       return new Float32Array(buffer, byteOffset, length);
     case "float64":
       return new Float64Array(buffer, byteOffset, length);
+    case "bool":
+      return new Uint8Array(buffer, byteOffset, length);
   }
   throw new TypeError(`Unknown dtype: ${String(dtype)}`);
 }
@@ -87,8 +92,10 @@ export function checkHostArray(what: string, array: TypedArray, dtype: DType, le
   if (!ArrayBuffer.isView(array)) {
     throw new TypeError(`Cannot ${what}: expected a TypedArray, found ${arrayKind(array)}`);
   }
-  // A Uint16Array carries float16 or bfloat16 bits: the device side says which.
-  const hint = array instanceof Uint16Array ? dtype : undefined;
+  // A Uint16Array carries float16 or bfloat16 bits, a Uint8Array uint8 or bools: the device side says which.
+  const hint = array instanceof Uint16Array || (array instanceof Uint8Array && dtype === "bool")
+    ? dtype
+    : undefined;
   let found: DType;
   try {
     found = dtypeOf(array, hint);

@@ -1,17 +1,27 @@
 /* Element-wise reductions, the arithmetic of every CPU collective:
- *   reduce:   dst = op(dst, src)                     op in sum, prod, min, max
- *   reduce_n: dst = op(src[0], src[1], ..., src[k-1])  op in sum, prod, min, max, avg
- *   divide:   dst = dst / divisor                    the finisher of avg after a sum over ranks
- * for every NCCL dtype. Codes follow NCCL's enums (core/dtype.ts): dtype int8=0 .. float64=9, op sum=0
- * prod=1 min=2 max=3 avg=4. The TypeScript reference (wasm/reference.ts) computes the same bits.
+ *   reduce:       dst = op(dst, src)                     op in sum, prod, min, max, band, bor, bxor
+ *   reduce_n:     dst = op(src[0], src[1], ..., src[k-1])  op in sum, prod, min, max, avg, band, bor, bxor
+ *   premul_sum_n: dst = src[0]*f + src[1]*f + ... + src[k-1]*f   floats only (premulSum)
+ *   divide:       dst = dst / divisor                    the finisher of avg after a sum over ranks
+ * for every dtype. Codes follow dcomm's own order (core/dtype.ts: DTYPES and REDUCE_OPS): dtype int8=0
+ * uint8 int32 uint32 int64 uint64 float16 bfloat16 float32 float64=9 bool=10, op sum=0 prod=1 min=2 max=3
+ * avg=4 band=5 bor=6 bxor=7 (premulSum=8 is premul_sum_n's). The TypeScript reference (wasm/reference.ts)
+ * computes the same bits.
  *
  * Semantics:
  * - Integers wrap (two's complement); the arithmetic is done unsigned so that wrapping is defined.
+ * - band/bor/bxor are the bitwise and/or/xor of integers and bools; floats have none (DC_EBADOP).
+ * - bool (0/1 bytes, torch.bool) reduces as uint8 by one table: sum, max, bor are max (a logical or),
+ *   prod, min, band are min (a logical and), bxor is xor; avg, premulSum and divide refuse it.
  * - float16/bfloat16 are computed in float32. reduce rounds once per call (per binary step). reduce_n
  *   accumulates all k inputs in float32 and rounds once at the end (after the scaling of avg), which is
  *   both faster and more accurate than k-1 rounded steps.
  * - avg = sum, then for floats a multiplication by 1/k computed in the compute precision (float32 for
  *   the 16-bit formats), NCCL's "sum then scale"; for integers a C division (truncation toward zero).
+ * - premul_sum_n multiplies in the dtype's precision, then sums as reduce_n does: the factor is rounded to
+ *   the dtype, each product is rounded to the dtype (float16/bfloat16: the exact float32 product rounded
+ *   to the 16-bit format), and the products are accumulated in the compute type in source order and
+ *   rounded once. A backend's premulSum is premul_sum_n over one source (a rank's own input), then a sum.
  * - min/max are IEEE 754-2019 minimum/maximum: NaN if either input is NaN; min(-0,+0) = -0 and
  *   max(-0,+0) = +0 (wasm's f32.min/f32.max).
  * - dst may be exactly one of the sources; partial overlap is not allowed.
@@ -39,7 +49,10 @@
   static inline T op_sum_##S(T a, T b) { return (T)(U)((U)a + (U)b); }                                 \
   static inline T op_prod_##S(T a, T b) { return (T)(U)((U)a * (U)b); }                                \
   static inline T op_min_##S(T a, T b) { return b < a ? b : a; }                                       \
-  static inline T op_max_##S(T a, T b) { return a < b ? b : a; }
+  static inline T op_max_##S(T a, T b) { return a < b ? b : a; }                                       \
+  static inline T op_band_##S(T a, T b) { return (T)(a & b); }                                         \
+  static inline T op_bor_##S(T a, T b) { return (T)(a | b); }                                          \
+  static inline T op_bxor_##S(T a, T b) { return (T)(a ^ b); }
 
 INT_OPS(i8, int8_t, uint8_t)
 INT_OPS(u8, uint8_t, uint8_t)
@@ -256,6 +269,17 @@ static inline int apart(const void *dst, const void *const *srcs, size_t k) {
 DC_INT_TYPES(DEFINE_TYPE)
 DC_FLOAT_TYPES(DEFINE_TYPE)
 
+/* The bitwise ops, integers only. */
+#define DEFINE_BITWISE(TS, T, A, AS, LOAD, STORE, KIND)                                                \
+  BINARY(band, TS, T, A, AS, LOAD, STORE)                                                              \
+  BINARY(bor, TS, T, A, AS, LOAD, STORE)                                                               \
+  BINARY(bxor, TS, T, A, AS, LOAD, STORE)                                                              \
+  NARY(band_n_##TS, op_band_##AS, PRO_NONE, FIN_ID, TS, T, A, LOAD, STORE)                             \
+  NARY(bor_n_##TS, op_bor_##AS, PRO_NONE, FIN_ID, TS, T, A, LOAD, STORE)                               \
+  NARY(bxor_n_##TS, op_bxor_##AS, PRO_NONE, FIN_ID, TS, T, A, LOAD, STORE)
+
+DC_INT_TYPES(DEFINE_BITWISE)
+
 #ifndef __wasm__
 DC_HALF_TYPES(DEFINE_TYPE)
 #else
@@ -364,23 +388,68 @@ DC_HALF_TYPES(DEFINE_TYPE)
 DC_HALF_TYPES(DEFINE_HALF_TYPE)
 #endif
 
+/* premulSum: each product rounded to the dtype (ROUND: float16/bfloat16 through their bits; float32 and
+ * float64 products are rounded by C's own arithmetic, with -ffp-contract=off), accumulated in the compute
+ * type in source order over a chunk, stored (rounded) once. The factor is rounded to the dtype first. */
+#define ROUND_f16(x) dc_f16_to_f32(dc_f32_to_f16(x))
+#define ROUND_bf16(x) dc_bf16_to_f32(dc_f32_to_bf16(x))
+#define ROUND_f32(x) (x)
+#define ROUND_f64(x) (x)
+#define DEFINE_PREMUL(TS, T, A, AS, LOAD, STORE, KIND)                                                 \
+  static void premul_sum_n_##TS(void *dv, const void *const *sv, size_t k, size_t n, double factor) {  \
+    const A f = ROUND_##TS((A)factor);                                                                 \
+    A acc[CHUNK];                                                                                      \
+    for (size_t off = 0; off < n; off += CHUNK) {                                                      \
+      const size_t len = n - off < CHUNK ? n - off : CHUNK;                                            \
+      const T *s0 = (const T *)sv[0] + off;                                                            \
+      PASS(A, acc, const T *, s0, const T *, s0, len, ROUND_##TS(LOAD(p[i]) * f));                     \
+      for (size_t j = 1; j < k; j++) {                                                                 \
+        const T *sj = (const T *)sv[j] + off;                                                          \
+        PASS(A, acc, const T *, sj, const T *, sj, len, a[i] + ROUND_##TS(LOAD(p[i]) * f));            \
+      }                                                                                                \
+      PASS(T, (T *)dv + off, const A *, acc, const A *, acc, len, STORE(p[i]));                        \
+    }                                                                                                  \
+  }
+
+DC_HALF_TYPES(DEFINE_PREMUL)
+DC_FLOAT_TYPES(DEFINE_PREMUL)
+
 typedef void (*binary_fn)(void *, const void *, size_t);
 typedef void (*nary_fn)(void *, const void *const *, size_t, size_t);
+typedef void (*premul_fn)(void *, const void *const *, size_t, size_t, double);
 typedef void (*divide_fn)(void *, size_t, double);
 
-#define BINARY_ROW(TS, T, A, AS, LOAD, STORE, KIND) {sum_2_##TS, prod_2_##TS, min_2_##TS, max_2_##TS},
+/* The tables, one row per dtype code and one column per op code (NULL: the op does not apply). */
+#define DC_DTYPES 11
+#define DC_OPS 8
+#define BITWISE_2_SGN(TS) band_2_##TS, bor_2_##TS, bxor_2_##TS
+#define BITWISE_2_UNS(TS) BITWISE_2_SGN(TS)
+#define BITWISE_2_FLT(TS) NULL, NULL, NULL
+#define BITWISE_N_SGN(TS) band_n_##TS, bor_n_##TS, bxor_n_##TS
+#define BITWISE_N_UNS(TS) BITWISE_N_SGN(TS)
+#define BITWISE_N_FLT(TS) NULL, NULL, NULL
+#define PREMUL_SGN(TS) NULL
+#define PREMUL_UNS(TS) NULL
+#define PREMUL_FLT(TS) premul_sum_n_##TS
+#define BINARY_ROW(TS, T, A, AS, LOAD, STORE, KIND)                                                    \
+  {sum_2_##TS, prod_2_##TS, min_2_##TS, max_2_##TS, NULL, BITWISE_2_##KIND(TS)},
 #define NARY_ROW(TS, T, A, AS, LOAD, STORE, KIND)                                                      \
-  {sum_n_##TS, prod_n_##TS, min_n_##TS, max_n_##TS, avg_n_##TS},
+  {sum_n_##TS, prod_n_##TS, min_n_##TS, max_n_##TS, avg_n_##TS, BITWISE_N_##KIND(TS)},
+#define PREMUL_ROW(TS, T, A, AS, LOAD, STORE, KIND) PREMUL_##KIND(TS),
 #define DIVIDE_ROW(TS, T, A, AS, LOAD, STORE, KIND) divide_##TS,
 
-static const binary_fn BINARY_FNS[10][4] = {DC_TYPES(BINARY_ROW)};
-static const nary_fn NARY_FNS[10][5] = {DC_TYPES(NARY_ROW)};
+/* bool: uint8's max for sum/max/bor, min for prod/min/band, xor for bxor (core/dtype.ts' table). */
+static const binary_fn BINARY_FNS[DC_DTYPES][DC_OPS] = {
+    DC_TYPES(BINARY_ROW){max_2_u8, min_2_u8, min_2_u8, max_2_u8, NULL, min_2_u8, max_2_u8, bxor_2_u8}};
+static const nary_fn NARY_FNS[DC_DTYPES][DC_OPS] = {
+    DC_TYPES(NARY_ROW){max_n_u8, min_n_u8, min_n_u8, max_n_u8, NULL, min_n_u8, max_n_u8, bxor_n_u8}};
+static const premul_fn PREMUL_FNS[DC_DTYPES] = {DC_TYPES(PREMUL_ROW) NULL};
 static const divide_fn DIVIDE_FNS[10] = {DC_TYPES(DIVIDE_ROW)};
 
 DC_EXPORT(reduce_n)
 int dc_reduce_n(int dtype, int op, void *dst, const void *const *srcs, size_t k, size_t n) {
-  if (dtype < 0 || dtype > 9) return DC_EBADTYPE;
-  if (op < 0 || op > 4) return DC_EBADOP;
+  if (dtype < 0 || dtype >= DC_DTYPES) return DC_EBADTYPE;
+  if (op < 0 || op >= DC_OPS || NARY_FNS[dtype][op] == NULL) return DC_EBADOP;
   if (k == 0) return DC_EBADARG;
   NARY_FNS[dtype][op](dst, srcs, k, n);
   return 0;
@@ -388,8 +457,8 @@ int dc_reduce_n(int dtype, int op, void *dst, const void *const *srcs, size_t k,
 
 DC_EXPORT(reduce)
 int dc_reduce(int dtype, int op, void *dst, const void *src, size_t n) {
-  if (dtype < 0 || dtype > 9) return DC_EBADTYPE;
-  if (op < 0 || op > 3) return DC_EBADOP;
+  if (dtype < 0 || dtype >= DC_DTYPES) return DC_EBADTYPE;
+  if (op < 0 || op >= DC_OPS || BINARY_FNS[dtype][op] == NULL) return DC_EBADOP;
   if (dst == src) {
     /* Exact aliasing breaks the restrict promise of the streaming kernel; the n-ary form allows it. */
     const void *srcs[2] = {dst, src};
@@ -400,9 +469,18 @@ int dc_reduce(int dtype, int op, void *dst, const void *src, size_t n) {
   return 0;
 }
 
+DC_EXPORT(premul_sum_n)
+int dc_premul_sum_n(int dtype, void *dst, const void *const *srcs, size_t k, size_t n, double factor) {
+  if (dtype < 0 || dtype >= DC_DTYPES) return DC_EBADTYPE;
+  if (PREMUL_FNS[dtype] == NULL) return DC_EBADOP;
+  if (k == 0 || factor != factor || factor - factor != 0) return DC_EBADARG; /* no sources, NaN, Inf */
+  PREMUL_FNS[dtype](dst, srcs, k, n, factor);
+  return 0;
+}
+
 DC_EXPORT(divide)
 int dc_divide(int dtype, void *dst, size_t n, double divisor) {
-  if (dtype < 0 || dtype > 9) return DC_EBADTYPE;
+  if (dtype < 0 || dtype > 9) return DC_EBADTYPE; /* bool (10) has no division */
   if (dtype < 6 && !(divisor >= 1 && divisor <= 9007199254740992.0 && (double)(int64_t)divisor == divisor)) {
     return DC_EBADARG; /* integer division needs an integer >= 1 (and 0 would trap) */
   }

@@ -8,9 +8,12 @@
 import {
   arrayDType,
   arrayKind,
+  checkFactor,
+  checkOpDType,
   type DType,
   DTYPES,
   isFloat,
+  premulFactor,
   REDUCE_OPS,
   type ReduceOp,
   type TypedArray,
@@ -33,10 +36,31 @@ export interface ReducePlan {
   dtype: DType;
   /** The operator. */
   op: ReduceOp;
+  /** `premulSum`'s factor, rounded to the dtype (`premulFactor` of `core/dtype.ts`). */
+  factor?: number;
 }
 
 function show(value: unknown): string {
   return typeof value === "string" ? JSON.stringify(value) : String(value);
+}
+
+/** Throws a TypeError unless `op` applies to `dtype`, in the words of the process groups. */
+function checkApplies(verb: string, op: ReduceOp, dtype: DType): void {
+  try {
+    checkOpDType(op, dtype);
+  } catch (e) {
+    throw new TypeError(`Cannot ${verb}: ${(e as Error).message}`);
+  }
+}
+
+/** `premulSum`'s factor checked (and none for any other op), in the words of the process groups. */
+function checkedFactor(verb: string, op: ReduceOp, factor: unknown, dtype: DType): number | undefined {
+  try {
+    return checkFactor(op, factor, dtype);
+  } catch (e) {
+    const Kind = e instanceof RangeError ? RangeError : TypeError;
+    throw new Kind(`Cannot ${verb}: ${(e as Error).message}`);
+  }
 }
 
 /** Throws a TypeError unless `dtype` is undefined or a dtype name. */
@@ -48,7 +72,8 @@ export function checkDTypeName(verb: string, dtype: unknown): DType | undefined 
 }
 
 /**
- * The dtype of a tensor argument: inferred from its class, or `dtype` for a Uint16Array (16-bit floats).
+ * The dtype of a tensor argument: inferred from its class, or `dtype` for a Uint16Array (16-bit floats)
+ * and for a Uint8Array named `"bool"`.
  *
  * @throws {TypeError} If `array` is not a TypedArray of a dcomm dtype, its buffer is detached, or `dtype`
  *   does not fit it.
@@ -76,6 +101,7 @@ export function tensorDType(verb: string, role: string, array: unknown, dtype: D
       `Cannot ${verb}: expected ${role} to be a TypedArray of a dcomm dtype, found ${arrayKind(array)}`,
     );
   }
+  if (dtype === "bool" && inferred === "uint8") return "bool";
   if (dtype !== undefined && dtype !== inferred) {
     throw new TypeError(
       `Cannot ${verb}: ${role} is a ${arrayKind(array)} (${inferred}) but dtype is ${dtype}`,
@@ -84,7 +110,10 @@ export function tensorDType(verb: string, role: string, array: unknown, dtype: D
   return inferred;
 }
 
-/** The dtype of a second operand: a Uint16Array takes the first operand's 16-bit float dtype. */
+/**
+ * The dtype of a second operand: a Uint16Array takes the first operand's 16-bit float dtype, a Uint8Array
+ * the first operand's bool.
+ */
 function operandDType(
   verb: string,
   role: string,
@@ -93,7 +122,12 @@ function operandDType(
   first: DType,
 ): DType {
   const halfs = first === "float16" || first === "bfloat16";
-  return tensorDType(verb, role, array, given ?? (array instanceof Uint16Array && halfs ? first : undefined));
+  const implied = array instanceof Uint16Array && halfs
+    ? first
+    : array instanceof Uint8Array && first === "bool"
+    ? first
+    : undefined;
+  return tensorDType(verb, role, array, given ?? implied);
 }
 
 function sameAs(
@@ -120,7 +154,8 @@ function checkOp(verb: string, op: unknown): ReduceOp {
 /**
  * Checks the arguments of `reduce(dst, src, options)`.
  *
- * @throws {TypeError} On a bad array, dtype or op. @throws {RangeError} On op avg or unequal lengths.
+ * @throws {TypeError} On a bad array, dtype or op, or an op that does not apply to the dtype.
+ * @throws {RangeError} On op avg or premulSum, or unequal lengths.
  */
 export function checkReduce(
   dst: TypedArray,
@@ -135,16 +170,26 @@ export function checkReduce(
         'or reduce with "sum" and then divide()',
     );
   }
+  if (op === "premulSum") {
+    throw new RangeError(
+      'Cannot reduce: op "premulSum" multiplies every source by the factor; use reduceMany() with every ' +
+        "source",
+    );
+  }
   const given = checkDTypeName(verb, options?.dtype);
   const dtype = tensorDType(verb, "dst", dst, given);
   sameAs(verb, dst, dtype, "src", src, operandDType(verb, "src", src, given, dtype));
+  checkApplies(verb, op, dtype);
+  checkedFactor(verb, op, options?.factor, dtype);
   return { dtype, op };
 }
 
 /**
  * Checks the arguments of `reduceMany(dst, srcs, options)`.
  *
- * @throws {TypeError} On a bad array, dtype or op. @throws {RangeError} On no sources or unequal lengths.
+ * @throws {TypeError} On a bad array, dtype or op, an op that does not apply to the dtype, or premulSum
+ *   without a factor (or another op with one).
+ * @throws {RangeError} On no sources, unequal lengths, or a factor that is not finite.
  */
 export function checkReduceMany(
   dst: TypedArray,
@@ -165,7 +210,21 @@ export function checkReduceMany(
     const role = `srcs[${j}]`;
     sameAs(verb, dst, dtype, role, srcs[j], operandDType(verb, role, srcs[j], given, dtype));
   }
-  return { dtype, op };
+  checkApplies(verb, op, dtype);
+  const factor = checkedFactor(verb, op, options?.factor, dtype);
+  return factor === undefined ? { dtype, op } : { dtype, op, factor: premulFactor(dtype, factor) };
+}
+
+/**
+ * Checks a dtype and op for the `*Ptr` kernels: the op applies to the dtype, and premulSum has a finite
+ * factor (no other op has one).
+ *
+ * @returns The factor rounded to the dtype, for premulSum.
+ */
+export function checkPtrOp(dtype: DType, op: ReduceOp, factor: unknown): number | undefined {
+  checkApplies("reduce", op, dtype);
+  const f = checkedFactor("reduce", op, factor, dtype);
+  return f === undefined ? undefined : premulFactor(dtype, f);
 }
 
 /** The largest integer divisor: integer division runs in 64 bits on values JavaScript holds exactly. */
@@ -174,7 +233,7 @@ const MAX_INT_DIVISOR = 2 ** 53;
 /**
  * Checks the arguments of `divide(dst, divisor, options)` and returns the dtype.
  *
- * @throws {TypeError} On a bad array or dtype, or a divisor that is not a number.
+ * @throws {TypeError} On a bad array or dtype (bool), or a divisor that is not a number.
  * @throws {RangeError} On a divisor that is 0 or not finite, or, for integer dtypes, not an integer >= 1.
  */
 export function checkDivide(dst: TypedArray, divisor: number, options: DivideOptions | undefined): DType {
@@ -186,6 +245,9 @@ export function checkDivide(dst: TypedArray, divisor: number, options: DivideOpt
 
 /** Throws unless `divisor` can divide `dtype` (see {@linkcode checkDivide}). */
 export function checkDivisor(dtype: DType, divisor: number): void {
+  if (dtype === "bool") {
+    throw new TypeError("Cannot divide bool: bools have no division (avg does not apply to them)");
+  }
   if (typeof divisor !== "number") {
     throw new TypeError(`Cannot divide: expected divisor to be a number, found ${typeof divisor}`);
   }

@@ -1,6 +1,7 @@
 /**
- * Typed wrappers over the WASM kernels of `kernels.wasm`: element-wise reductions for every NCCL dtype
- * and op, float32 <-> float16/bfloat16 casts, and the BLAS-like `scale`, `axpy` and `matmul`.
+ * Typed wrappers over the WASM kernels of `kernels.wasm`: element-wise reductions for every dtype and op
+ * (bitwise ones for integers and bools, `premulSum` for floats), float32 <-> float16/bfloat16 casts, and
+ * the BLAS-like `scale`, `axpy` and `matmul`.
  *
  * The wrappers accept any TypedArray view at any byte offset. Arrays that live in wasm memory (from
  * {@linkcode WasmHeap.alloc} and {@linkcode WasmHeap.view}) are used in place; any other array is copied
@@ -13,7 +14,8 @@
  * `kernels/reduce.c` for the rules): integers wrap; float16/bfloat16 compute in float32 and round to
  * nearest even once per binary step (`reduceMany` accumulates every source in float32 and rounds once);
  * min/max propagate NaN and order -0 below +0; avg sums then scales by 1/k (floats) or divides with
- * truncation (integers), as NCCL does.
+ * truncation (integers), as NCCL does; premulSum rounds the factor and each product to the dtype, then
+ * sums; bools (0/1 bytes) reduce as uint8 max (sum, max, bor: or), min (prod, min, band: and) and xor.
  *
  * @example Sum, then average over three ranks
  * ```ts
@@ -35,6 +37,7 @@ import {
   checkDivide,
   checkDivisor,
   checkMatmul,
+  checkPtrOp,
   checkReduce,
   checkReduceMany,
   checkScale,
@@ -67,12 +70,38 @@ export {
  * assert.deepEqual(a, new Uint16Array([0x4000, 0xbf80]));
  * assert.throws(() => k.reduce(a, a.slice(), { ...options, op: "avg" }), RangeError); // use reduceMany
  * ```
+ *
+ * @example A pre-multiplied sum of float32 sources, and bools or'ed
+ * ```ts
+ * import { kernels, type ReduceOptions } from "@dcomm/dcomm/kernels";
+ * import assert from "node:assert/strict";
+ * const k = await kernels();
+ * const premul: ReduceOptions = { op: "premulSum", factor: 0.5 };
+ * const out = new Float32Array(2);
+ * k.reduceMany(out, [new Float32Array([1, 2]), new Float32Array([3, 4])], premul);
+ * assert.deepEqual(out, new Float32Array([2, 3]));
+ * const any = new Uint8Array([0, 1]);
+ * k.reduce(any, new Uint8Array([1, 0]), { op: "sum", dtype: "bool" }); // a logical or
+ * assert.deepEqual(any, new Uint8Array([1, 1]));
+ * ```
  */
 export interface ReduceOptions {
-  /** The operator; `reduce` rejects `"avg"`, which needs the number of contributions. @default "sum" */
+  /**
+   * The operator; `reduce` rejects `"avg"`, which needs the number of contributions, and `"premulSum"`
+   * (use `reduceMany`). `band`, `bor` and `bxor` take integer and bool arrays, `premulSum` float ones.
+   * @default "sum"
+   */
   op?: ReduceOp;
-  /** The dtype; required for a Uint16Array (`"float16"` or `"bfloat16"`). @default inferred from dst */
+  /**
+   * The dtype; required for a Uint16Array (`"float16"` or `"bfloat16"`), and `"bool"` for a Uint8Array
+   * of 0s and 1s. @default inferred from dst
+   */
   dtype?: DType;
+  /**
+   * `premulSum` only (and required there): each source is multiplied by this finite number, rounded to
+   * the dtype, before the sum. @default none
+   */
+  factor?: number;
 }
 
 /**
@@ -147,7 +176,7 @@ export interface MatmulOptions {
 }
 
 /**
- * The kernels' code of a dtype (NCCL's `ncclDataType_t` order: int8 = 0 ... float64 = 9).
+ * The kernels' code of a dtype (dcomm's order, `DTYPES`: int8 = 0 ... float64 = 9, bool = 10).
  *
  * @param dtype The dtype.
  * @returns Its code.
@@ -171,7 +200,8 @@ export function dtypeCode(dtype: DType): number {
 }
 
 /**
- * The kernels' code of a reduce op (NCCL's `ncclRedOp_t` order: sum = 0, prod, min, max, avg = 4).
+ * The kernels' code of a reduce op (dcomm's order, `REDUCE_OPS`: sum = 0, prod, min, max, avg = 4, band,
+ * bor, bxor, premulSum = 8).
  *
  * @param op The op.
  * @returns Its code.
@@ -225,6 +255,7 @@ export class Kernels {
   #words: Uint32Array;
   #reduce: KernelFn;
   #reduceN: KernelFn;
+  #premulN: KernelFn;
   #divide: KernelFn;
   #castF32F16: KernelFn;
   #castF16F32: KernelFn;
@@ -245,6 +276,7 @@ export class Kernels {
     this.#words = new Uint32Array(module.heap.memory.buffer);
     this.#reduce = module.fn("reduce");
     this.#reduceN = module.fn("reduce_n");
+    this.#premulN = module.fn("premul_sum_n");
     this.#divide = module.fn("divide");
     this.#castF32F16 = module.fn("cast_f32_f16");
     this.#castF16F32 = module.fn("cast_f16_f32");
@@ -265,10 +297,11 @@ export class Kernels {
    *
    * @param dst The accumulator, updated in place.
    * @param src The other operand: same dtype and length (it may be `dst` itself).
-   * @param options The op and, for a Uint16Array, the dtype.
-   * @throws {TypeError} On an unsupported array, a dtype mismatch, or an unknown op or dtype.
+   * @param options The op and, for a Uint16Array or a bool Uint8Array, the dtype.
+   * @throws {TypeError} On an unsupported array, a dtype mismatch, an unknown op or dtype, or an op that
+   *   does not apply to the dtype (`band` of floats).
    * @throws {RangeError} On op `"avg"` (use {@linkcode Kernels.reduceMany} or {@linkcode Kernels.divide})
-   *   or arrays of different lengths.
+   *   or `"premulSum"` (use {@linkcode Kernels.reduceMany}), or arrays of different lengths.
    *
    * @example Sum float16 gradients held as bits
    * ```ts
@@ -298,14 +331,16 @@ export class Kernels {
   }
 
   /**
-   * `dst = op(srcs[0], ..., srcs[k-1])`, element-wise, for every op including `"avg"`. float16/bfloat16
-   * accumulate all sources in float32 and round once (after the scaling of avg).
+   * `dst = op(srcs[0], ..., srcs[k-1])`, element-wise, for every op including `"avg"` and
+   * `"premulSum"` (`srcs[0]·f + ... + srcs[k-1]·f`, the factor and each product rounded to the dtype).
+   * float16/bfloat16 accumulate all sources in float32 and round once (after the scaling of avg).
    *
    * @param dst The result; it may be one of the sources.
    * @param srcs One or more sources, each of dst's dtype and length.
-   * @param options The op and, for Uint16Arrays, the dtype.
-   * @throws {TypeError} On an unsupported array, a dtype mismatch, or an unknown op or dtype.
-   * @throws {RangeError} On no sources, or arrays of different lengths.
+   * @param options The op, `factor` for premulSum and, for Uint16Arrays or bool Uint8Arrays, the dtype.
+   * @throws {TypeError} On an unsupported array, a dtype mismatch, an unknown op or dtype, an op that does
+   *   not apply to the dtype, or premulSum without a factor.
+   * @throws {RangeError} On no sources, arrays of different lengths, or a factor that is not finite.
    *
    * @example Average int32 counters over four ranks (truncating, as NCCL does)
    * ```ts
@@ -319,7 +354,7 @@ export class Kernels {
    * ```
    */
   reduceMany(dst: TypedArray, srcs: readonly TypedArray[], options: ReduceOptions = {}): void {
-    const { dtype, op } = checkReduceMany(dst, srcs, options);
+    const { dtype, op, factor } = checkReduceMany(dst, srcs, options);
     const n = dst.length, bytes = dst.byteLength, k = srcs.length, heap = this.#heap;
     if (n === 0) return;
     const dOwn = inPlace(heap, dst);
@@ -333,7 +368,12 @@ export class Kernels {
       });
       const list = heap.alloc(4 * k, 4);
       this.#wordView().set(ptrs, list >>> 2);
-      this.#ok(this.#reduceN(DTYPE_CODE[dtype], OP_CODE[op], d, list, k, n), "reduce");
+      this.#ok(
+        factor === undefined
+          ? this.#reduceN(DTYPE_CODE[dtype], OP_CODE[op], d, list, k, n)
+          : this.#premulN(DTYPE_CODE[dtype], d, list, k, n, factor),
+        "reduce",
+      );
       if (dOwn < 0) heap.unstage(d, dst);
     } finally {
       heap.reset(mark);
@@ -572,11 +612,12 @@ export class Kernels {
    * disjoint.
    *
    * @param dtype The dtype.
-   * @param op The op (not `"avg"`).
+   * @param op The op (not `"avg"` or `"premulSum"`).
    * @param dstPtr The accumulator's address.
    * @param srcPtr The operand's address.
    * @param n The element count.
-   * @throws {TypeError} On an unknown dtype or op. @throws {RangeError} On op avg or a range outside memory.
+   * @throws {TypeError} On an unknown dtype or op, or an op that does not apply to the dtype.
+   * @throws {RangeError} On op avg or premulSum, or a range outside memory.
    *
    * @example
    * ```ts
@@ -596,6 +637,10 @@ export class Kernels {
     if (opc === OP_CODE.avg) {
       throw new RangeError('Cannot reduce: op "avg" needs the number of contributions; use reduceManyPtr()');
     }
+    if (opc === OP_CODE.premulSum) {
+      throw new RangeError('Cannot reduce: op "premulSum" multiplies every source; use reduceManyPtr()');
+    }
+    checkPtrOp(dtype, op, undefined);
     this.#count(n);
     const bytes = n * dtypeSize(dtype);
     this.#inMemory(dstPtr, bytes, "dstPtr");
@@ -608,12 +653,14 @@ export class Kernels {
    * other overlaps are not allowed.
    *
    * @param dtype The dtype.
-   * @param op The op, avg included.
+   * @param op The op, avg and premulSum included.
    * @param dstPtr The result's address.
    * @param srcPtrs The sources' addresses (at least one).
    * @param n The element count.
-   * @throws {TypeError} On an unknown dtype or op. @throws {RangeError} On no sources or a range outside
-   *   memory.
+   * @param factor premulSum's factor (required there, refused elsewhere).
+   * @throws {TypeError} On an unknown dtype or op, an op that does not apply to the dtype, or premulSum
+   *   without a factor.
+   * @throws {RangeError} On no sources, a range outside memory, or a factor that is not finite.
    *
    * @example
    * ```ts
@@ -629,8 +676,16 @@ export class Kernels {
    * k.heap.reset(mark);
    * ```
    */
-  reduceManyPtr(dtype: DType, op: ReduceOp, dstPtr: number, srcPtrs: readonly number[], n: number): void {
+  reduceManyPtr(
+    dtype: DType,
+    op: ReduceOp,
+    dstPtr: number,
+    srcPtrs: readonly number[],
+    n: number,
+    factor?: number,
+  ): void {
     const code = dtypeCode(dtype), opc = opCode(op), k = srcPtrs.length;
+    const f = checkPtrOp(dtype, op, factor);
     if (k === 0) throw new RangeError("Cannot reduce: expected at least one source in srcPtrs, found 0");
     this.#count(n);
     const bytes = n * dtypeSize(dtype);
@@ -644,7 +699,12 @@ export class Kernels {
       const list = heap.alloc(4 * k, 4);
       const words = this.#wordView();
       for (let j = 0; j < k; j++) words[(list >>> 2) + j] = srcPtrs[j];
-      this.#ok(this.#reduceN(code, opc, dstPtr, list, k, n), "reduce");
+      this.#ok(
+        f === undefined
+          ? this.#reduceN(code, opc, dstPtr, list, k, n)
+          : this.#premulN(code, dstPtr, list, k, n, f),
+        "reduce",
+      );
     } finally {
       heap.reset(mark);
     }

@@ -21,7 +21,7 @@
  *
  * @module
  */
-import type { DType, ReduceOp, TypedArray } from "../core/dtype.ts";
+import { boolOpAsUint8, type DType, type TypedArray } from "../core/dtype.ts";
 import {
   checkAxpy,
   checkCast,
@@ -34,46 +34,66 @@ import {
 import type { AxpyOptions, DivideOptions, MatmulOptions, ReduceOptions } from "./kernels.ts";
 
 type Loop = (d: TypedArray, s: TypedArray, n: number) => void;
-type BinaryOp = Exclude<ReduceOp, "avg">;
+/** The ops of one binary step (avg and premulSum are sums with a finish or a start of their own). */
+type BinaryOp = "sum" | "prod" | "min" | "max" | "band" | "bor" | "bxor";
+type Loops = Record<"sum" | "prod" | "min" | "max", Loop> & Partial<Record<BinaryOp, Loop>>;
 
 // One literal per array class and op, so that every loop stays monomorphic in the JIT.
 // deno-fmt-ignore
-const LOOPS: Record<"i8" | "u8" | "i32" | "u32" | "i64" | "u64" | "f32" | "f64", Record<BinaryOp, Loop>> = {
+const LOOPS: Record<"i8" | "u8" | "i32" | "u32" | "i64" | "u64" | "f32" | "f64", Loops> = {
   i8: {
     sum: (d, s, n) => { const a = d as Int8Array, b = s as Int8Array; for (let i = 0; i < n; i++) a[i] += b[i]; },
     prod: (d, s, n) => { const a = d as Int8Array, b = s as Int8Array; for (let i = 0; i < n; i++) a[i] *= b[i]; },
     min: (d, s, n) => { const a = d as Int8Array, b = s as Int8Array; for (let i = 0; i < n; i++) a[i] = Math.min(a[i], b[i]); },
     max: (d, s, n) => { const a = d as Int8Array, b = s as Int8Array; for (let i = 0; i < n; i++) a[i] = Math.max(a[i], b[i]); },
+    band: (d, s, n) => { const a = d as Int8Array, b = s as Int8Array; for (let i = 0; i < n; i++) a[i] &= b[i]; },
+    bor: (d, s, n) => { const a = d as Int8Array, b = s as Int8Array; for (let i = 0; i < n; i++) a[i] |= b[i]; },
+    bxor: (d, s, n) => { const a = d as Int8Array, b = s as Int8Array; for (let i = 0; i < n; i++) a[i] ^= b[i]; },
   },
   u8: {
     sum: (d, s, n) => { const a = d as Uint8Array, b = s as Uint8Array; for (let i = 0; i < n; i++) a[i] += b[i]; },
     prod: (d, s, n) => { const a = d as Uint8Array, b = s as Uint8Array; for (let i = 0; i < n; i++) a[i] *= b[i]; },
     min: (d, s, n) => { const a = d as Uint8Array, b = s as Uint8Array; for (let i = 0; i < n; i++) a[i] = Math.min(a[i], b[i]); },
     max: (d, s, n) => { const a = d as Uint8Array, b = s as Uint8Array; for (let i = 0; i < n; i++) a[i] = Math.max(a[i], b[i]); },
+    band: (d, s, n) => { const a = d as Uint8Array, b = s as Uint8Array; for (let i = 0; i < n; i++) a[i] &= b[i]; },
+    bor: (d, s, n) => { const a = d as Uint8Array, b = s as Uint8Array; for (let i = 0; i < n; i++) a[i] |= b[i]; },
+    bxor: (d, s, n) => { const a = d as Uint8Array, b = s as Uint8Array; for (let i = 0; i < n; i++) a[i] ^= b[i]; },
   },
   i32: {
     sum: (d, s, n) => { const a = d as Int32Array, b = s as Int32Array; for (let i = 0; i < n; i++) a[i] += b[i]; },
     prod: (d, s, n) => { const a = d as Int32Array, b = s as Int32Array; for (let i = 0; i < n; i++) a[i] = Math.imul(a[i], b[i]); },
     min: (d, s, n) => { const a = d as Int32Array, b = s as Int32Array; for (let i = 0; i < n; i++) a[i] = Math.min(a[i], b[i]); },
     max: (d, s, n) => { const a = d as Int32Array, b = s as Int32Array; for (let i = 0; i < n; i++) a[i] = Math.max(a[i], b[i]); },
+    band: (d, s, n) => { const a = d as Int32Array, b = s as Int32Array; for (let i = 0; i < n; i++) a[i] &= b[i]; },
+    bor: (d, s, n) => { const a = d as Int32Array, b = s as Int32Array; for (let i = 0; i < n; i++) a[i] |= b[i]; },
+    bxor: (d, s, n) => { const a = d as Int32Array, b = s as Int32Array; for (let i = 0; i < n; i++) a[i] ^= b[i]; },
   },
   u32: {
     sum: (d, s, n) => { const a = d as Uint32Array, b = s as Uint32Array; for (let i = 0; i < n; i++) a[i] += b[i]; },
     prod: (d, s, n) => { const a = d as Uint32Array, b = s as Uint32Array; for (let i = 0; i < n; i++) a[i] = Math.imul(a[i], b[i]); },
     min: (d, s, n) => { const a = d as Uint32Array, b = s as Uint32Array; for (let i = 0; i < n; i++) a[i] = Math.min(a[i], b[i]); },
     max: (d, s, n) => { const a = d as Uint32Array, b = s as Uint32Array; for (let i = 0; i < n; i++) a[i] = Math.max(a[i], b[i]); },
+    band: (d, s, n) => { const a = d as Uint32Array, b = s as Uint32Array; for (let i = 0; i < n; i++) a[i] &= b[i]; },
+    bor: (d, s, n) => { const a = d as Uint32Array, b = s as Uint32Array; for (let i = 0; i < n; i++) a[i] |= b[i]; },
+    bxor: (d, s, n) => { const a = d as Uint32Array, b = s as Uint32Array; for (let i = 0; i < n; i++) a[i] ^= b[i]; },
   },
   i64: {
     sum: (d, s, n) => { const a = d as BigInt64Array, b = s as BigInt64Array; for (let i = 0; i < n; i++) a[i] += b[i]; },
     prod: (d, s, n) => { const a = d as BigInt64Array, b = s as BigInt64Array; for (let i = 0; i < n; i++) a[i] *= b[i]; },
     min: (d, s, n) => { const a = d as BigInt64Array, b = s as BigInt64Array; for (let i = 0; i < n; i++) if (b[i] < a[i]) a[i] = b[i]; },
     max: (d, s, n) => { const a = d as BigInt64Array, b = s as BigInt64Array; for (let i = 0; i < n; i++) if (b[i] > a[i]) a[i] = b[i]; },
+    band: (d, s, n) => { const a = d as BigInt64Array, b = s as BigInt64Array; for (let i = 0; i < n; i++) a[i] &= b[i]; },
+    bor: (d, s, n) => { const a = d as BigInt64Array, b = s as BigInt64Array; for (let i = 0; i < n; i++) a[i] |= b[i]; },
+    bxor: (d, s, n) => { const a = d as BigInt64Array, b = s as BigInt64Array; for (let i = 0; i < n; i++) a[i] ^= b[i]; },
   },
   u64: {
     sum: (d, s, n) => { const a = d as BigUint64Array, b = s as BigUint64Array; for (let i = 0; i < n; i++) a[i] += b[i]; },
     prod: (d, s, n) => { const a = d as BigUint64Array, b = s as BigUint64Array; for (let i = 0; i < n; i++) a[i] *= b[i]; },
     min: (d, s, n) => { const a = d as BigUint64Array, b = s as BigUint64Array; for (let i = 0; i < n; i++) if (b[i] < a[i]) a[i] = b[i]; },
     max: (d, s, n) => { const a = d as BigUint64Array, b = s as BigUint64Array; for (let i = 0; i < n; i++) if (b[i] > a[i]) a[i] = b[i]; },
+    band: (d, s, n) => { const a = d as BigUint64Array, b = s as BigUint64Array; for (let i = 0; i < n; i++) a[i] &= b[i]; },
+    bor: (d, s, n) => { const a = d as BigUint64Array, b = s as BigUint64Array; for (let i = 0; i < n; i++) a[i] |= b[i]; },
+    bxor: (d, s, n) => { const a = d as BigUint64Array, b = s as BigUint64Array; for (let i = 0; i < n; i++) a[i] ^= b[i]; },
   },
   // Math.min/Math.max are IEEE 754-2019 minimum/maximum: NaN wins, and -0 < +0.
   f32: {
@@ -90,12 +110,13 @@ const LOOPS: Record<"i8" | "u8" | "i32" | "u32" | "i64" | "u64" | "f32" | "f64",
   },
 };
 
-/** The loops that compute a dtype: its own, or float32's for the 16-bit formats. */
-function loopsOf(dtype: DType): Record<BinaryOp, Loop> {
+/** The loops that compute a dtype: its own, float32's for the 16-bit formats, uint8's for bool. */
+function loopsOf(dtype: DType): Loops {
   switch (dtype) {
     case "int8":
       return LOOPS.i8;
     case "uint8":
+    case "bool":
       return LOOPS.u8;
     case "int32":
       return LOOPS.i32;
@@ -191,6 +212,45 @@ function finish(acc: TypedArray, divisor: number): void {
   }
 }
 
+/** The loop of one binary step of `op` on `dtype` (bool by its uint8 op); the checks made it exist. */
+function loopOf(dtype: DType, op: BinaryOp): Loop {
+  return loopsOf(dtype)[dtype === "bool" ? boolOpAsUint8(op) as BinaryOp : op] as Loop;
+}
+
+/** float32 bits → the nearest bfloat16, as a number (round to nearest even; NaN stays NaN). */
+function bf16Round(x: number): number {
+  F32[0] = x;
+  U32[0] = bf16FromBits32(U32[0]) << 16;
+  return F32[0];
+}
+const F32 = new Float32Array(1);
+const U32 = new Uint32Array(F32.buffer);
+
+/**
+ * premulSum into `acc` (the compute type): every product `src · factor` rounded to the dtype, summed in
+ * source order in the compute type (the factor is already the dtype's).
+ */
+function premulSum(dtype: DType, srcs: readonly TypedArray[], factor: number, n: number): TypedArray {
+  const acc = dtype === "float64" ? new Float64Array(n) : new Float32Array(n);
+  const round = dtype === "float16"
+    ? Math.f16round
+    : dtype === "bfloat16"
+    ? (x: number) => bf16Round(Math.fround(x))
+    : dtype === "float32"
+    ? Math.fround
+    : (x: number) => x;
+  for (let j = 0; j < srcs.length; j++) {
+    // The sources' values, exactly (the 16-bit formats widened); a product of two of them is exact in
+    // double, so `round` rounds it once, as the kernel's float32 (or float64) product does.
+    const x = widen(srcs[j], dtype);
+    for (let i = 0; i < n; i++) {
+      const p = round((x[i] as number) * factor);
+      acc[i] = j === 0 ? p : (acc[i] as number) + p;
+    }
+  }
+  return acc;
+}
+
 /**
  * `dst = op(dst, src)`; see `Kernels.reduce()`.
  *
@@ -202,7 +262,7 @@ function finish(acc: TypedArray, divisor: number): void {
  */
 export function reduce(dst: TypedArray, src: TypedArray, options: ReduceOptions = {}): void {
   const { dtype, op } = checkReduce(dst, src, options);
-  const loop = loopsOf(dtype)[op as BinaryOp];
+  const loop = loopOf(dtype, op as BinaryOp);
   if (!isHalf(dtype)) {
     // A source sharing dst's buffer is read as it was before the call, as the staged kernel sees it.
     loop(dst, src.buffer === dst.buffer ? src.slice() : src, dst.length);
@@ -224,9 +284,13 @@ export function reduce(dst: TypedArray, src: TypedArray, options: ReduceOptions 
  * @throws {RangeError} On no sources or arrays of different lengths.
  */
 export function reduceMany(dst: TypedArray, srcs: readonly TypedArray[], options: ReduceOptions = {}): void {
-  const { dtype, op } = checkReduceMany(dst, srcs, options);
+  const { dtype, op, factor } = checkReduceMany(dst, srcs, options);
   const n = dst.length;
-  const loop = loopsOf(dtype)[op === "avg" ? "sum" : op];
+  if (op === "premulSum") {
+    narrow(premulSum(dtype, srcs, factor as number, n), dst, dtype);
+    return;
+  }
+  const loop = loopOf(dtype, op === "avg" ? "sum" : op as BinaryOp);
   const acc = widen(srcs[0], dtype);
   for (let j = 1; j < srcs.length; j++) loop(acc, isHalf(dtype) ? widen(srcs[j], dtype) : srcs[j], n);
   if (op === "avg") finish(acc, srcs.length);

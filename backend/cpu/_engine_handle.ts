@@ -11,7 +11,7 @@ import { DistError } from "../../core/errors.ts";
 import { type WorkReport, workReport } from "../work.ts";
 import type { Collective, EngineConfig, FromEngine, OpRequest, ToEngine } from "./_protocol.ts";
 import { HostSegment } from "../../transport/segment.ts";
-import { kernels } from "../../wasm/kernels.ts";
+import { type Kernels, kernels } from "../../wasm/kernels.ts";
 import { SegmentExecutor } from "./_segment_exec.ts";
 import { StagingPool } from "./_staging.ts";
 import { PoolAllocator } from "./_pool.ts";
@@ -49,6 +49,8 @@ export class EngineHandle {
   readonly staging: StagingPool = new StagingPool();
   /** The host segment as the main thread runs calls on it, in a shared-memory world. */
   segment: SegmentExecutor | undefined;
+  /** The main thread's WASM kernels (a premulSum's own contribution is scaled with them), once started. */
+  kernels: Kernels | undefined;
   /** Calls of at most this many input bytes may run on the main thread (when nothing else is pending). */
   inlineBytes = 0;
   /** Milliseconds a call on the main thread spins for its peers before the communication thread takes it over. */
@@ -100,6 +102,7 @@ export class EngineHandle {
     handle.#post({ type: "init", config: { ...config, completions, requests } });
     try {
       await ready.promise;
+      handle.kernels = await kernels();
       if (segment?.segment !== undefined) {
         // The main thread maps the areas too, to run the calls that can finish before they return.
         const shared = HostSegment.attach(segment.segment);

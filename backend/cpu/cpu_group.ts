@@ -14,6 +14,7 @@ import { DistError } from "../../core/errors.ts";
 import type { AllocOptions, AnyTensor, GroupOptions, ProcessGroup } from "../process_group.ts";
 import { type CallRecord, GroupFront } from "../_front.ts";
 import type { MonitorStore } from "../_monitored_barrier.ts";
+import { afterWork, premulAsSum } from "../_premul.ts";
 import { doneWork, Work, workReport } from "../work.ts";
 import type { Collective, OpRequest, PointerRegion, PoolRegion, Region } from "./_protocol.ts";
 import type { SegmentExecutor } from "./_segment_exec.ts";
@@ -24,6 +25,7 @@ import type { SegmentState } from "../../collectives/segment_context.ts";
 import { allocOrdinary, checkAlloc, releaseOrdinary, tensorOver } from "../_alloc.ts";
 import { ALGORITHM_NAMES, checkAlgorithm } from "./_dispatch.ts";
 import type { EngineHandle } from "./_engine_handle.ts";
+import type { Kernels } from "../../wasm/kernels.ts";
 import { groupUsesSegment, inputOf, outputOf, route, type RoutedCall, type RouteSite } from "./_route.ts";
 
 /** The region of a tensor the Worker reaches by its address. */
@@ -215,6 +217,11 @@ export class CpuProcessGroup extends GroupFront {
   }
 
   protected execute(call: CallRecord): Work {
+    if (call.op === "premulSum") {
+      // This rank's input scaled on this thread, then a sum (see ../_premul.ts).
+      const premul = premulAsSum(call, this.#engine.kernels as Kernels, this.rank);
+      return afterWork(this.execute(premul.call), premul.after);
+    }
     const where = route(call, this.#site);
     const input = inputOf(call), output = outputOf(call);
     // The common case first, with nothing made for the Worker: a call this thread runs to its end.

@@ -5,7 +5,14 @@
  *
  * @module
  */
-import { type DType, DTYPE_ARRAY, dtypeSize, type ReduceOp, type TypedArray } from "../../core/dtype.ts";
+import {
+  boolOpAsUint8,
+  type DType,
+  DTYPE_ARRAY,
+  dtypeSize,
+  type ReduceOp,
+  type TypedArray,
+} from "../../core/dtype.ts";
 import { DistError, UnsupportedError } from "../../core/errors.ts";
 import { MpiComm, MpiDatatype, MpiErrhandler, MpiOp, MpiThreadLevel } from "../../ffi/mpi/constants.ts";
 import { check, mpi, MPI_USER_FUNCTION, type MpiLibrary, type MpiSymbols } from "../../ffi/mpi/mpi.ts";
@@ -13,7 +20,10 @@ import { type Kernels, kernels } from "../../wasm/kernels.ts";
 import { Poller, type PollerOptions } from "./_progress.ts";
 import { pmiSocketProblem } from "../_pmi_socket.ts";
 
-/** The MPI datatype that carries each dtype (float16 and bfloat16 travel as 16-bit integers). */
+/**
+ * The MPI datatype that carries each dtype (float16 and bfloat16 travel as 16-bit integers, bool as
+ * bytes).
+ */
 export const MPI_DATATYPE: Readonly<Record<DType, number>> = {
   int8: MpiDatatype.INT8_T,
   uint8: MpiDatatype.UINT8_T,
@@ -25,15 +35,23 @@ export const MPI_DATATYPE: Readonly<Record<DType, number>> = {
   bfloat16: MpiDatatype.UINT16_T,
   float32: MpiDatatype.FLOAT,
   float64: MpiDatatype.DOUBLE,
+  bool: MpiDatatype.UINT8_T,
 };
 
-/** MPI's predefined op for each dcomm op; avg is a sum followed by a division. */
+/**
+ * MPI's predefined op for each dcomm op; avg is a sum followed by a division, premulSum a sum of inputs
+ * each rank scaled first (`../_premul.ts`).
+ */
 const MPI_OP: Readonly<Record<ReduceOp, number>> = {
   sum: MpiOp.SUM,
   prod: MpiOp.PROD,
   min: MpiOp.MIN,
   max: MpiOp.MAX,
   avg: MpiOp.SUM,
+  band: MpiOp.BAND,
+  bor: MpiOp.BOR,
+  bxor: MpiOp.BXOR,
+  premulSum: MpiOp.SUM,
 };
 
 /** Whether MPI has no op of its own for `dtype` (a 16-bit float). */
@@ -157,12 +175,13 @@ export class MpiRuntime {
    * gets them wrong (probed once with `MPI_Reduce_local`). User-defined ops are created on first use and
    * freed at close.
    *
-   * @param dtype The dtype.
-   * @param op The dcomm op (avg maps to sum; the caller divides).
+   * @param dtype The dtype (bool reduces as uint8, by the op that computes `op` on 0/1 bytes).
+   * @param op The dcomm op (avg and premulSum map to sum; the caller divides, or scaled first).
    * @returns The `MPI_Op` handle.
    */
   op(dtype: DType, op: ReduceOp): number {
-    const base = op === "avg" ? "sum" : op;
+    if (dtype === "bool") return this.op("uint8", boolOpAsUint8(op));
+    const base = op === "avg" || op === "premulSum" ? "sum" : op;
     if (!isHalf(dtype) && this.#nativeWorks(dtype, base)) return MPI_OP[base];
     const key = `${dtype}:${base}`;
     const known = this.#ops.get(key);

@@ -12,6 +12,10 @@
  *   min/max is probed once with `MPI_Reduce_local` and, where the library is wrong, reduced through the
  *   WASM kernel the same way.
  * - avg: MPI's sum, then a division by the group size on the result (truncating for integers, as NCCL).
+ * - band, bor, bxor: `MPI_BAND`, `MPI_BOR`, `MPI_BXOR`. bool travels as `MPI_UINT8_T` and reduces by the
+ *   uint8 op that computes it on 0/1 bytes (sum, max, bor: `MPI_MAX`; prod, min, band: `MPI_MIN`; bxor).
+ * - premulSum: MPI has no PreMulSum; each rank scales its own input by its factor with the WASM kernels
+ *   (a copy of it for reduce and reduceScatter), then `MPI_SUM` (`../_premul.ts`).
  * - algorithms: MPI chooses (tune with MPICH's `MPIR_CVAR_*_ALGORITHM` variables); `algorithm` may be
  *   `"auto"` or `"mpi"`, anything else is an UnsupportedError.
  * - timeouts and aborts: a receive is cancelled (`MPI_Cancel`) and fails with a TimeoutError, and the
@@ -78,6 +82,7 @@ import { MPI_DATATYPE, type MpiRuntime } from "./_runtime.ts";
 import type { AllocOptions, GroupOptions } from "../process_group.ts";
 import { Work, type WorkReport, workReport } from "../work.ts";
 import { allocOrdinary, releaseOrdinary } from "../_alloc.ts";
+import { afterWork, premulAsSum } from "../_premul.ts";
 
 /** Elements per MPI call for the collectives that split a tensor: 2^30 keeps every count a C int. */
 const CHUNK = 1 << 30;
@@ -240,6 +245,11 @@ export class MpiProcessGroup extends GroupFront {
    * @throws {RangeError} If an out-of-place collective has more than 2^31 - 1 elements per rank.
    */
   protected execute(call: CallRecord): Work {
+    if (call.op === "premulSum") {
+      // MPI has no PreMulSum: this rank scales its own input with the WASM kernels, then MPI_SUM.
+      const premul = premulAsSum(call, this.#rt.kernels, this.rank);
+      return afterWork(this.execute(premul.call), premul.after);
+    }
     switch (call.collective) {
       case "allReduce":
       case "broadcast":

@@ -3,7 +3,7 @@
  *
  * @module
  */
-import type { DType, ReduceOp } from "../../core/dtype.ts";
+import { boolOpAsUint8, type DType, isBitwise, type ReduceOp } from "../../core/dtype.ts";
 import { NcclDataType, NcclRedOp } from "../../ffi/nccl/constants.ts";
 import { castF32ToBf16 } from "../../wasm/reference.ts";
 
@@ -18,9 +18,12 @@ const NCCL_DTYPES: Readonly<Record<DType, number>> = {
   bfloat16: NcclDataType.Bfloat16,
   float32: NcclDataType.Float32,
   float64: NcclDataType.Float64,
+  // torch's NCCL backend sends bools as ncclUint8 too, and reduces them by max and min.
+  bool: NcclDataType.Uint8,
 };
 
-const NCCL_OPS: Readonly<Record<ReduceOp, number>> = {
+/** NCCL's built-in ops (premulSum is a dynamic op, made per call; NCCL has no bitwise ops). */
+const NCCL_OPS: Readonly<Partial<Record<ReduceOp, number>>> = {
   sum: NcclRedOp.Sum,
   prod: NcclRedOp.Prod,
   max: NcclRedOp.Max,
@@ -39,13 +42,40 @@ export function ncclDataType(dtype: DType): number {
 }
 
 /**
- * The `ncclRedOp_t` of a reduce op.
+ * The `ncclRedOp_t` of a built-in reduce op (sum, prod, max, min, avg).
  *
  * @param op The op.
  * @returns The NCCL value.
+ * @throws {TypeError} For an op NCCL has no built-in value for (the front refuses those first).
  */
 export function ncclRedOp(op: ReduceOp): number {
-  return NCCL_OPS[op];
+  const value = NCCL_OPS[op];
+  if (value === undefined) throw new TypeError(`NCCL has no built-in op for "${op}"`);
+  return value;
+}
+
+/**
+ * The op NCCL runs for `op` on `dtype`: a bool's by the uint8 op that computes it on 0/1 bytes (max for
+ * sum, max, bor; min for prod, min, band), any other dtype's as is.
+ *
+ * @param op An op that applies to the dtype.
+ * @param dtype The dtype.
+ * @returns The op to map with {@linkcode ncclRedOp} (or `premulSum`).
+ */
+export function ncclOpFor(op: ReduceOp, dtype: DType): ReduceOp {
+  return dtype === "bool" ? boolOpAsUint8(op) : op;
+}
+
+/**
+ * Whether NCCL runs `op` on `dtype`: every op but the bitwise ones, which NCCL lacks (a bool's `band` and
+ * `bor` are its min and max, so they run; `bxor` never does).
+ *
+ * @param op An op that applies to the dtype.
+ * @param dtype The dtype.
+ * @returns Whether it does.
+ */
+export function ncclRuns(op: ReduceOp, dtype: DType): boolean {
+  return !isBitwise(ncclOpFor(op, dtype));
 }
 
 /**

@@ -30,7 +30,7 @@ import {
   streamWaitEvent,
 } from "../../ffi/cudart/cudart.ts";
 import { NcclDataType, NcclRedOp, NcclResult, NcclScalarResidence } from "../../ffi/nccl/constants.ts";
-import { ncclDataType, ncclRedOp, scalarBytes } from "./_mapping.ts";
+import { ncclDataType, ncclOpFor, ncclRedOp, ncclRuns, scalarBytes } from "./_mapping.ts";
 import type {
   NcclAlgorithmOptions,
   NcclCallOptions,
@@ -307,6 +307,11 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
   /** Any device tensor or host TypedArray; a device tensor must be on this rank's device (see #operand). */
   protected override checkTensor(): void {}
 
+  /** @internal NCCL has no bitwise ops (a bool's band and bor are its min and max, which it has). */
+  protected override supportsOp(op: ReduceOp, dtype: DType): boolean {
+    return ncclRuns(op, dtype);
+  }
+
   /** @internal Monitored barriers meet in the world's store: NCCL's calls on a stream wait in turn. */
   protected override get monitorStore(): MonitorStore | undefined {
     const s = this.#store;
@@ -329,9 +334,10 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
 
   /**
    * Queues a checked call on the group's stream: what NCCL's version must offer for it (bfloat16 and avg
-   * 2.10, a scale 2.11, send/recv 2.7; all-to-all, gather and scatter are `ncclAlltoAll`, `ncclGather` and
-   * `ncclScatter` from 2.28, grouped sends and receives before), then the operands (host arrays staged),
-   * then the NCCL call.
+   * 2.10, a scale or premulSum 2.11, send/recv 2.7; all-to-all, gather and scatter are `ncclAlltoAll`,
+   * `ncclGather` and `ncclScatter` from 2.28, grouped sends and receives before), then the operands (host
+   * arrays staged), then the NCCL call. A bool reduces as ncclUint8 by max or min; the bitwise ops, which
+   * NCCL lacks, were refused at the front.
    *
    * @param call The call.
    * @returns Its Work.
@@ -340,7 +346,15 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
   protected execute(call: CallRecord): NcclWork {
     const { collective, dtype, root } = call;
     const what = VERB[collective];
-    const scale = (call.options as NcclReduceOptions).scale;
+    // premulSum is NCCL's PreMulSum, as the scale option: a sum with the factor as its scalar.
+    const given = (call.options as NcclReduceOptions).scale;
+    if (call.op === "premulSum" && given !== undefined) {
+      throw new RangeError(
+        `Cannot ${what}: scale works with op "sum" only, found op "premulSum" (its factor is the scale)`,
+      );
+    }
+    const scale = call.op === "premulSum" ? call.factor : given;
+    const callOp: ReduceOp = call.op === "premulSum" ? "sum" : call.op;
     const { version, symbols } = this.#ctx.library;
     if (dtype === "bfloat16") requireFeature("bfloat16", version, { what: `${what} bfloat16` });
     const t = ncclDataType(dtype);
@@ -357,7 +371,7 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
       // The v-forms: one group of sends and receives (of ncclReduce calls, one per block, for the
       // reduce-scatter), NCCL having none of its own.
       requireFeature("sendRecv", version, { what, symbols });
-      const op = collective === "reduceScatter" ? this.#op(what, call.op, scale) : "sum";
+      const op = collective === "reduceScatter" ? this.#op(what, callOp, scale, dtype) : "sum";
       const input = call.input as AnyTensor | undefined, output = call.output as AnyTensor | undefined;
       const inp = input && this.#operand(what, input, dtype, { upload: true, download: false });
       let out: Operand | undefined;
@@ -393,7 +407,7 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
         const upload = collective !== "broadcast" || isRoot;
         const download = collective === "allReduce" || (collective === "broadcast" ? !isRoot : isRoot);
         // The op is checked before a staging slot is taken (a refused op must not hold one).
-        const op = collective === "broadcast" ? "sum" : this.#op(what, call.op, scale);
+        const op = collective === "broadcast" ? "sum" : this.#op(what, callOp, scale, dtype);
         const io = this.#operand(what, tensor, dtype, { upload, download });
         const p = io.pointer;
         operands = [io];
@@ -418,7 +432,7 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
         const output = call.output as AnyTensor;
         const native = collective === "allToAll" && hasFeature("alltoall", version, symbols);
         if (collective === "allToAll" && !native) requireFeature("sendRecv", version, { what, symbols });
-        const op = collective === "reduceScatter" ? this.#op(what, call.op, scale) : "sum";
+        const op = collective === "reduceScatter" ? this.#op(what, callOp, scale, dtype) : "sum";
         const [inp, out] = this.#operands(what, input, output, dtype);
         const [src, dst] = [inp.pointer, out.pointer];
         operands = [inp, out];
@@ -860,8 +874,11 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
     return comm;
   }
 
-  #op(what: string, op: ReduceOp, scale: number | undefined): ReduceOp {
+  #op(what: string, op: ReduceOp, scale: number | undefined, dtype: DType): ReduceOp {
     if (op === "avg") requireFeature("avg", this.#ctx.library.version, { what: `${what} with op "avg"` });
+    if (scale !== undefined && dtype === "bool") {
+      throw new TypeError(`Cannot ${what}: scale does not apply to bool tensors`);
+    }
     if (scale !== undefined) {
       if (op !== "sum") {
         throw new RangeError(`Cannot ${what}: scale works with op "sum" only, found op "${op}"`);
@@ -872,7 +889,7 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
       const { version, symbols } = this.#ctx.library;
       requireFeature("preMulSum", version, { what: `${what} with a scale`, symbols });
     }
-    return op;
+    return ncclOpFor(op, dtype);
   }
 
   /** The input and output of an out-of-place collective; the input's slot is released if the output fails. */

@@ -67,7 +67,8 @@ export interface NcclCallOptions extends CallOptions {
 export interface NcclReduceOptions extends ReduceOptions, NcclCallOptions {
   /**
    * Multiplies each rank's input by this scalar before summing (`ncclRedOpCreatePreMulSum`, NCCL 2.11);
-   * only with `op: "sum"`. `scale: 1 / size` gives an average on libraries without `avg`.
+   * only with `op: "sum"`. `scale: 1 / size` gives an average on libraries without `avg`. The same as
+   * `{ op: "premulSum", factor }`, which every backend takes (and which refuses `scale` besides).
    * @default none
    */
   scale?: number;

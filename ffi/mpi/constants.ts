@@ -58,6 +58,12 @@ export const MpiOp = {
   SUM: 0x58000003,
   /** `MPI_PROD` */
   PROD: 0x58000004,
+  /** `MPI_BAND`: bitwise and. */
+  BAND: 0x58000006,
+  /** `MPI_BOR`: bitwise or. */
+  BOR: 0x58000008,
+  /** `MPI_BXOR`: bitwise exclusive or. */
+  BXOR: 0x5800000a,
   /** `MPI_OP_NULL`: what `MPI_Op_free` leaves behind. */
   NULL: 0x18000000,
 } as const;

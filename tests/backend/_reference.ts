@@ -5,7 +5,7 @@
  *
  * @module
  */
-import type { DType, ReduceOp, TypedArray } from "../../core/dtype.ts";
+import { boolOpAsUint8, type DType, premulFactor, type ReduceOp, type TypedArray } from "../../core/dtype.ts";
 import { Rng } from "../_util/rng.ts";
 
 const F32 = new Float32Array(1);
@@ -48,6 +48,8 @@ export function makeArray(dtype: DType, n: number): TypedArray {
       return new Float32Array(n);
     case "float64":
       return new Float64Array(n);
+    case "bool":
+      return new Uint8Array(n);
   }
 }
 
@@ -66,13 +68,19 @@ const BITS: Partial<Record<DType, number>> = {
 };
 const SIGNED: Partial<Record<DType, boolean>> = { int8: true, int32: true, int64: true };
 
-/** A seeded input of rank `rank` for case `seed`, values suited to `op` (small for prod). */
+/**
+ * A seeded input of rank `rank` for case `seed`, values suited to `op` (small for prod; 0 or 1 for bool,
+ * mostly 1 for the ops that and them, so the and is not always 0).
+ */
 export function input(dtype: DType, op: ReduceOp, n: number, seed: number, rank: number): TypedArray {
   const rng = new Rng(seed * 1009 + rank * 7919 + 1);
   const a = makeArray(dtype, n);
   const bits = BITS[dtype];
+  const and = dtype === "bool" && boolOpAsUint8(op) === "min";
   for (let i = 0; i < n; i++) {
-    if (bits !== undefined) {
+    if (dtype === "bool") {
+      a[i] = (and ? (rng.u32() & 7) !== 0 : (rng.u32() & 1) === 1) ? 1 : 0;
+    } else if (bits !== undefined) {
       // Full-range values, so sums and products really wrap.
       const v = bits === 64 ? rng.u64() : BigInt(rng.u32() & (bits === 8 ? 0xff : 0xffffffff));
       const wrapped = SIGNED[dtype] ? BigInt.asIntN(bits, v) : BigInt.asUintN(bits, v);
@@ -94,9 +102,15 @@ const EPS: Partial<Record<DType, number>> = {
   float64: 2 ** -53,
 };
 
+/** Rank r's premulSum factor in the backend tests: different on every rank (a weighted sum). */
+export function rankFactor(rank: number): number {
+  return 0.75 - 0.3 * rank;
+}
+
 /**
  * Checks `got` against the reduction of `inputs` by `op`; returns the index of the first wrong element and
- * what was expected, or undefined.
+ * what was expected, or undefined. `premulSum` takes each rank's factor (`factors[r]`, by default
+ * {@linkcode rankFactor}), the product rounded to the dtype as the kernels round it.
  */
 export function checkReduction(
   dtype: DType,
@@ -104,9 +118,11 @@ export function checkReduction(
   inputs: readonly TypedArray[],
   got: TypedArray,
   offset = 0,
+  factors: readonly number[] = inputs.map((_, r) => rankFactor(r)),
 ): { index: number; expected: string; got: string } | undefined {
   const n = inputs.length;
   const bits = BITS[dtype];
+  if (dtype === "bool") return checkBool(op, inputs, got, offset);
   if (bits === 64) return checkBig(dtype, op, inputs, got, offset);
   if (bits !== undefined) {
     const mod = 2 ** bits;
@@ -123,6 +139,9 @@ export function checkReduction(
         if (op === "sum" || op === "avg") acc += x; // exact: n · 2^32 < 2^53
         else if (op === "prod") acc = wrap(Math.imul(acc, x)); // low 32 bits of the product, exactly
         else if (op === "min") acc = x < acc ? x : acc;
+        else if (op === "band") acc = wrap(acc & x);
+        else if (op === "bor") acc = wrap(acc | x);
+        else if (op === "bxor") acc = wrap(acc ^ x);
         else acc = x > acc ? x : acc;
       }
       let e = wrap(acc);
@@ -132,12 +151,15 @@ export function checkReduction(
     return undefined;
   }
   const eps = EPS[dtype] ?? 0;
+  const round = dtype === "float16" ? Math.f16round : dtype === "float64" ? (x: number) => x : Math.fround;
   for (let i = 0; i < got.length; i++) {
     const j = offset + i;
     let e = op === "prod" ? 1 : op === "min" ? Infinity : op === "max" ? -Infinity : 0;
     let mag = 0;
     for (let r = 0; r < n; r++) {
-      const x = get(dtype, inputs[r], j) as number;
+      let x = get(dtype, inputs[r], j) as number;
+      // premulSum: the product in the dtype (bfloat16's within its rounding, which the tolerance covers).
+      if (op === "premulSum") x = round(x * premulFactor(dtype, factors[r]));
       if (op === "prod") e *= x;
       else if (op === "min") e = Math.min(e, x);
       else if (op === "max") e = Math.max(e, x);
@@ -176,11 +198,34 @@ function checkBig(
       if (op === "sum" || op === "avg") acc += x;
       else if (op === "prod") acc *= x;
       else if (op === "min") acc = x < acc ? x : acc;
+      else if (op === "band") acc &= x;
+      else if (op === "bor") acc |= x;
+      else if (op === "bxor") acc ^= x;
       else acc = x > acc ? x : acc;
     }
     let e = signed ? BigInt.asIntN(64, acc) : BigInt.asUintN(64, acc);
     if (op === "avg") e = e / BigInt(n); // BigInt division truncates toward zero, as C does.
     if (got[i] !== e) return { index: i, expected: String(e), got: String(got[i]) };
+  }
+  return undefined;
+}
+
+/** Bools: or (sum, max, bor), and (prod, min, band), xor (bxor) of 0/1 bytes. */
+function checkBool(
+  op: ReduceOp,
+  inputs: readonly TypedArray[],
+  got: TypedArray,
+  offset: number,
+): { index: number; expected: string; got: string } | undefined {
+  const as = boolOpAsUint8(op);
+  for (let i = 0; i < got.length; i++) {
+    const j = offset + i;
+    let acc = inputs[0][j] as number;
+    for (let r = 1; r < inputs.length; r++) {
+      const x = inputs[r][j] as number;
+      acc = as === "max" ? acc | x : as === "min" ? acc & x : acc ^ x;
+    }
+    if (got[i] !== acc) return { index: i, expected: String(acc), got: String(got[i]) };
   }
   return undefined;
 }

@@ -27,7 +27,7 @@ Deno.test("ProcessGroup rejects bad arguments with TypeError/RangeError naming e
   assert.match(e.dtypes, /^TypeError: Cannot all-gather: input is float32 but output is int32/);
   assert.match(
     e.op,
-    /^TypeError: Cannot all-reduce: Unknown reduce op: expected one of sum, prod, min, max, avg, found median/,
+    /^TypeError: Cannot all-reduce: Unknown reduce op: expected one of sum, prod, min, max, avg, band, bor, bxor, premulSum, found median/,
   );
   assert.match(e.uint16, /^TypeError: Cannot all-reduce: A Uint16Array needs an explicit dtype/);
   assert.match(e.clamped, /^TypeError: .*Uint8ClampedArray/);

@@ -75,6 +75,18 @@ function checkShapes(a: Answers, backend: string): void {
     detached: "TypeError",
     resizable: "TypeError",
     aborted: "DistError",
+    bitwiseFloat: "TypeError",
+    bitwiseReduce: "TypeError",
+    premulInteger: "TypeError",
+    premulNoFactor: "TypeError",
+    premulFactorType: "TypeError",
+    premulNaN: "RangeError",
+    premulInfinite: "RangeError",
+    premulOverflow: "RangeError",
+    factorWithSum: "TypeError",
+    boolAvg: "TypeError",
+    boolPremul: "TypeError",
+    boolInt8: "TypeError",
   };
   for (const [name, kind] of Object.entries(expected)) {
     assert.match(a.errors[name], new RegExp(`^${kind}: `), `${backend} ${name}: ${a.errors[name]}`);
@@ -102,6 +114,29 @@ function checkShapes(a: Answers, backend: string): void {
     /^TypeError: Cannot scatter: the root \(rank 0\) needs an input, found null/,
   );
   assert.match(a.errors.aborted, /Aborted before it started: stop/);
+  // What was expected and what was found, for the ops and premulSum's factor.
+  const opErrors: Record<string, RegExp> = {
+    bitwiseFloat:
+      /^TypeError: Cannot all-reduce: op "band" takes integer or bool tensors \(int8, uint8, int32, uint32, int64, uint64, bool\), found float32$/,
+    bitwiseReduce: /^TypeError: Cannot reduce: op "bor" takes integer or bool tensors .*, found float64$/,
+    premulInteger:
+      /^TypeError: Cannot all-reduce: op "premulSum" takes float tensors \(float16, bfloat16, float32, float64\), found int32$/,
+    premulNoFactor:
+      /^TypeError: Cannot all-reduce: op "premulSum" needs a factor: expected factor to be a finite number, found none$/,
+    premulFactorType:
+      /^TypeError: Cannot reduce-scatter: .*expected factor to be a finite number, found string "2"$/,
+    premulNaN: /^RangeError: Cannot all-reduce: op "premulSum" needs a finite factor: .*found NaN$/,
+    premulInfinite: /^RangeError: Cannot reduce: .*found -Infinity$/,
+    premulOverflow: /^RangeError: Cannot all-reduce: .*expected a finite float16, found 100000/,
+    factorWithSum: /^TypeError: Cannot all-reduce: factor goes with op "premulSum" only, found op "sum"/,
+    boolAvg:
+      /^TypeError: Cannot all-reduce: op "avg" does not apply to bool tensors: expected one of sum, prod, min, max, band, bor, bxor .*found avg$/,
+    boolPremul: /^TypeError: Cannot all-reduce: op "premulSum" takes float tensors .*found bool$/,
+    boolInt8: /^TypeError: .*Int8Array holds int8, found dtype bool/,
+  };
+  for (const [name, pattern] of Object.entries(opErrors)) {
+    assert.match(a.errors[name], pattern, `${backend} ${name}`);
+  }
   for (const [name, message] of Object.entries(a.afterClose)) {
     assert.match(message, /^DistError: Cannot [a-z -]+: the process group is closed$/, `${backend} ${name}`);
   }
@@ -118,9 +153,16 @@ gatedTest("the cpu, mpi and nccl groups refuse the same bad calls with the same 
   const nccl = await answers("nccl");
   for (const [backend, a] of [["cpu", cpu], ["mpi", mpi], ["nccl", nccl]] as const) checkShapes(a, backend);
   // Word for word, but for the algorithms each backend runs.
-  const { algorithm: a1, commDtype: c1, compression: z1, ...cpuRest } = cpu.errors;
-  const { algorithm: a2, commDtype: c2, compression: z2, ...mpiRest } = mpi.errors;
-  const { algorithm: a3, commDtype: c3, compression: z3, ...ncclRest } = nccl.errors;
+  const { algorithm: a1, commDtype: c1, compression: z1, bitwise: b1, ...cpuRest } = cpu.errors;
+  const { algorithm: a2, commDtype: c2, compression: z2, bitwise: b2, ...mpiRest } = mpi.errors;
+  const { algorithm: a3, commDtype: c3, compression: z3, bitwise: b3, ...ncclRest } = nccl.errors;
+  // The bitwise ops run on cpu and mpi; NCCL has none, and the nccl backend says so at the front.
+  assert.equal(b1, "no error");
+  assert.equal(b2, "no error");
+  assert.match(
+    b3,
+    /^UnsupportedError: Cannot all-reduce int32 with op "bxor": the nccl backend cannot reduce with it; use the cpu or mpi backend/,
+  );
   // So is compression, run on its communication thread; a bad one is refused alike by all three.
   assert.equal(z1, "no error");
   for (const [z, backend] of [[z2, "mpi"], [z3, "nccl"]]) {

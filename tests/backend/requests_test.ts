@@ -58,6 +58,14 @@ Deno.test("encodeRequest()/decodeRequest() carry every field of a call, buffers 
     assert.equal(encodeRequest(narrow, ALGORITHMS, (b) => buffers.indexOf(b), slot), true);
     assert.deepEqual(decodeRequest(slot, ALGORITHMS, (id) => buffers[id]), narrow);
   }
+  // The ops and the dtype appended last keep their codes through the ring (bool is code 10, bxor 7).
+  for (
+    const [dtype, op] of [["bool", "sum"], ["uint64", "bxor"], ["int8", "band"], ["bool", "bor"]] as const
+  ) {
+    const appended: OpRequest = { ...plain, dtype, op };
+    assert.equal(encodeRequest(appended, ALGORITHMS, (b) => buffers.indexOf(b), slot), true);
+    assert.deepEqual(decodeRequest(slot, ALGORITHMS, (id) => buffers[id]), appended);
+  }
   // A name that has no number cannot go by the ring.
   assert.equal(encodeRequest({ ...plain, algorithm: "mine" }, ALGORITHMS, () => 0, slot), false);
 });

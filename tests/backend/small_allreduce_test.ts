@@ -6,6 +6,8 @@
  */
 import assert from "node:assert/strict";
 import { launchedResults, launchedRun } from "../_util/launched.ts";
+import { DTYPES, REDUCE_OPS } from "../../core/dtype.ts";
+import { smallAllReduceTakes } from "../../backend/cpu/_segment_small.ts";
 
 const FIXTURE = new URL("./_fixtures/small_rank.ts", import.meta.url).pathname;
 
@@ -70,4 +72,16 @@ Deno.test("a small sum the others timed out of fails on the late rank too, not s
   const lines = [...text.matchAll(/ABANDONED (\d) (.*)$/gm)];
   assert.equal(lines.length, 3, text.slice(-3000));
   assert.match(lines.find((m) => m[1] === "2")?.[2] ?? "", /aborted: Timed out after 500 ms/);
+});
+
+Deno.test("the small path takes only the sums it computes: other ops and dtypes take the general path", () => {
+  const taken = DTYPES.flatMap((dtype) =>
+    REDUCE_OPS.filter((op) => smallAllReduceTakes(dtype, op, 64)).map((op) => `${dtype} ${op}`)
+  );
+  assert.deepEqual(taken, ["int32 sum", "float32 sum", "float32 avg", "float64 sum", "float64 avg"]);
+  for (const op of ["band", "bor", "bxor", "premulSum"] as const) {
+    assert.equal(smallAllReduceTakes("float32", op, 64), false, op);
+    assert.equal(smallAllReduceTakes("int32", op, 64), false, op);
+  }
+  assert.equal(smallAllReduceTakes("bool", "sum", 64), false);
 });

@@ -180,6 +180,8 @@ function reduceAll(values: number[], op: ReduceOp, dtype: DType): number {
       const s = values.reduce((a, b) => a + b, 0) / values.length;
       return dtype.startsWith("float") || dtype === "bfloat16" ? s : Math.trunc(s);
     }
+    default:
+      throw new RangeError(`The benchmarks run no ${op}`);
   }
 }
 

@@ -111,6 +111,11 @@ export function referenceReduce(
         v = dtype.includes("int") ? Math.trunc(sum / n) : sum / n;
         break;
       }
+      case "premulSum": // each rank's own factor is `scale` here
+        v = xs.reduce((a, b) => a + b, 0);
+        break;
+      default:
+        throw new RangeError(`NCCL has no ${op}`);
     }
     out.push(v);
   }

@@ -5,8 +5,9 @@
  * collectives is covered by the CPU backends' tests.
  */
 import assert from "node:assert/strict";
-import type { ReduceOp, TypedArray } from "../../core/dtype.ts";
-import { REDUCE_OPS } from "../../core/dtype.ts";
+import type { TypedArray } from "../../core/dtype.ts";
+import { isBitwise, reduceOpsFor } from "../../core/dtype.ts";
+import { UnsupportedError } from "../../core/errors.ts";
 import { DeviceBuffer } from "../../gpu/device_buffer.ts";
 import { Stream } from "../../gpu/stream.ts";
 import { init } from "../../backend/init.ts";
@@ -24,7 +25,8 @@ gatedTest("allReduce() of every dtype and op on device buffers matches the refer
   assert.equal(pg.backend, "nccl");
   assert.equal(pg.size, 1);
   for (const dtype of TEST_DTYPES) {
-    for (const op of REDUCE_OPS as readonly ReduceOp[]) {
+    // Every op NCCL has (premulSum, which takes a factor, has a test of its own).
+    for (const op of reduceOpsFor(dtype).filter((o) => !isBitwise(o) && o !== "premulSum")) {
       const input = rankInput(dtype, N, 0);
       using buf = DeviceBuffer.from(input, { dtype });
       const report = await pg.allReduce(buf, { op }).wait();
@@ -59,6 +61,56 @@ gatedTest(
     }, /scale works with op "sum" only/);
   },
 );
+
+gatedTest(
+  'op "premulSum" with a factor is NCCL\'s PreMulSum, on allReduce, reduce and reduceScatter',
+  NCCL_GPU,
+  async () => {
+    await using pg = await oneRank();
+    for (const dtype of ["float32", "float64", "float16", "bfloat16"] as const) {
+      for (const factor of [0.5, -0.25]) {
+        const input = rankInput(dtype, N, 0);
+        const expected = referenceReduce([input], dtype, "sum", factor);
+        {
+          using buf = DeviceBuffer.from(input, { dtype });
+          await pg.allReduce(buf, { op: "premulSum", factor });
+          assert.deepEqual(mismatches(buf.toArray(), dtype, expected), [], `allReduce ${dtype} ${factor}`);
+          using again = DeviceBuffer.from(input, { dtype });
+          await pg.reduce(again, { op: "premulSum", factor, root: 0 });
+          assert.deepEqual(mismatches(again.toArray(), dtype, expected), [], `reduce ${dtype} ${factor}`);
+          using out = DeviceBuffer.alloc(N, { dtype });
+          await pg.reduceScatter(out, again.view(0, N), { op: "premulSum", factor: 1 });
+          assert.deepEqual(mismatches(out.toArray(), dtype, expected), [], `reduceScatter ${dtype}`);
+        }
+        // A host array, staged.
+        const host = rankInput(dtype, N, 0);
+        await pg.allReduce(host, { op: "premulSum", factor, dtype });
+        assert.deepEqual(mismatches(host, dtype, expected), [], `staged ${dtype} ${factor}`);
+      }
+    }
+    assert.throws(() => pg.allReduce(new Float32Array(4), { op: "premulSum" }), TypeError);
+    assert.throws(
+      () => pg.allReduce(new Float32Array(4), { op: "premulSum", factor: 2, scale: 2 }),
+      /scale works with op "sum" only, found op "premulSum"/,
+    );
+  },
+);
+
+gatedTest("bool tensors reduce as ncclUint8 by max and min; bitwise ops are refused", NCCL_GPU, async () => {
+  await using pg = await oneRank();
+  const flags = new Uint8Array(N).map((_, i) => (i * 7) % 3 === 0 ? 1 : 0);
+  for (const op of ["sum", "prod", "min", "max", "band", "bor"] as const) {
+    using buf = DeviceBuffer.from(flags, { dtype: "bool" });
+    await pg.allReduce(buf, { op });
+    assert.deepEqual(buf.toArray(), flags, op); // one rank: the flags themselves
+    const host = flags.slice();
+    await pg.allReduce(host, { op, dtype: "bool" });
+    assert.deepEqual(host, flags, `staged ${op}`);
+  }
+  assert.throws(() => pg.allReduce(flags.slice(), { op: "bxor", dtype: "bool" }), UnsupportedError);
+  assert.throws(() => pg.allReduce(new Int32Array(4), { op: "band" }), UnsupportedError);
+  assert.throws(() => pg.allReduce(flags.slice(), { op: "avg", dtype: "bool" }), TypeError);
+});
 
 gatedTest("allReduce() of a host TypedArray is staged and copied back", NCCL_GPU, async () => {
   await using pg = await oneRank();

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
-import { type DType, DTYPES, REDUCE_OPS, type TypedArray } from "../../core/dtype.ts";
-import { kernels } from "../../wasm/kernels.ts";
+import { type DType, DTYPES, isFloat, REDUCE_OPS, reduceOpsFor, type TypedArray } from "../../core/dtype.ts";
+import { kernels, type ReduceOptions } from "../../wasm/kernels.ts";
 import * as reference from "../../wasm/reference.ts";
 import { Rng } from "../_util/rng.ts";
 import {
@@ -19,7 +19,19 @@ const k = await kernels();
 const SMALL = [0, 1, 3, 4, 15, 16, 17, 255];
 const LARGE = 1_000_003; // odd: the vector loops leave a scalar tail
 const PLACEMENTS: readonly Placement[] = ["plain", "offset", "wasm"];
-const BINARY_OPS = ["sum", "prod", "min", "max"] as const;
+const BINARY_OPS = ["sum", "prod", "min", "max", "band", "bor", "bxor"] as const;
+/** premulSum's factors: exact, rounded differently by each float dtype, negative, tiny and huge. */
+const FACTORS = [0.5, 0.1, -3.7, 1e-3, 3e4] as const;
+
+/** Whether `op` applies to `dtype` (the others are refused, see the tests of errors). */
+function applies(dtype: DType, op: string): boolean {
+  return (reduceOpsFor(dtype) as readonly string[]).includes(op);
+}
+
+/** The options of a reduceMany of `op`: premulSum gets a factor. */
+function manyOptions(op: (typeof REDUCE_OPS)[number], dtype: DType, factor = 0.1): ReduceOptions {
+  return op === "premulSum" ? { op, dtype, factor } : { op, dtype };
+}
 
 /** Runs `fn` with the wasm heap popped back afterwards. */
 function scoped(fn: () => void): void {
@@ -46,7 +58,7 @@ function checkReduce(dtype: DType, op: (typeof BINARY_OPS)[number], n: number, p
 }
 
 for (const dtype of DTYPES) {
-  for (const op of BINARY_OPS) {
+  for (const op of BINARY_OPS.filter((o) => applies(dtype, o))) {
     Deno.test(`Kernels.reduce() computes ${op} of ${dtype} like the reference at every length and placement`, () => {
       for (const n of SMALL) for (const placement of PLACEMENTS) checkReduce(dtype, op, n, placement);
       checkReduce(dtype, op, LARGE, dtype.length % 2 === 0 ? "offset" : "wasm");
@@ -61,19 +73,20 @@ function checkReduceMany(
   count: number,
   n: number,
   placement: Placement,
+  factor = 0.1,
 ): void {
   scoped(() => {
-    const rng = new Rng(seedOf("reduceMany", dtype, op, count, n, placement));
+    const rng = new Rng(seedOf("reduceMany", dtype, op, count, n, placement, factor));
     const [dst, ...srcs] = randomTensors(rng, dtype, n, count + 1, placement, k.heap);
     const want = copyOf(dst);
-    reference.reduceMany(want, srcs.map(copyOf), { op, dtype });
-    k.reduceMany(dst, srcs, { op, dtype });
-    assertSameBits(dst, want, dtype, `${op} ${dtype} k=${count} n=${n} ${placement}`);
+    reference.reduceMany(want, srcs.map(copyOf), manyOptions(op, dtype, factor));
+    k.reduceMany(dst, srcs, manyOptions(op, dtype, factor));
+    assertSameBits(dst, want, dtype, `${op} ${dtype} k=${count} n=${n} ${placement} factor ${factor}`);
   });
 }
 
 for (const dtype of DTYPES) {
-  for (const op of REDUCE_OPS) {
+  for (const op of REDUCE_OPS.filter((o) => applies(dtype, o))) {
     Deno.test(`Kernels.reduceMany() computes ${op} of ${dtype} like the reference for 1 to 5 sources`, () => {
       for (const count of [1, 2, 3, 5]) {
         for (const n of SMALL) {
@@ -82,7 +95,12 @@ for (const dtype of DTYPES) {
       }
       // Longer than the kernel's 1024-element chunk, so chunk boundaries are crossed.
       checkReduceMany(dtype, op, 4, 2500, "offset");
-      if (op === "sum" || op === "avg") checkReduceMany(dtype, op, 3, LARGE, "wasm");
+      if (op === "sum" || op === "avg" || op === "premulSum") checkReduceMany(dtype, op, 3, LARGE, "wasm");
+      if (op === "premulSum") {
+        for (const factor of FACTORS) {
+          for (const count of [1, 3]) checkReduceMany(dtype, op, count, 255, "plain", factor);
+        }
+      }
     });
   }
 }
@@ -90,7 +108,7 @@ for (const dtype of DTYPES) {
 for (const dtype of DTYPES) {
   Deno.test(`Kernels.reduce() and reduceMany() allow dst to be a source for ${dtype}`, () => {
     for (const placement of ["plain", "wasm"] as const) {
-      for (const op of BINARY_OPS) {
+      for (const op of BINARY_OPS.filter((o) => applies(dtype, o))) {
         scoped(() => {
           const rng = new Rng(seedOf("alias", dtype, op, placement));
           const [a] = randomTensors(rng, dtype, 2049, 1, placement, k.heap);
@@ -100,13 +118,13 @@ for (const dtype of DTYPES) {
           assertSameBits(a, want, dtype, `reduce(a, a) ${op} ${placement}`);
         });
       }
-      for (const op of REDUCE_OPS) {
+      for (const op of REDUCE_OPS.filter((o) => applies(dtype, o))) {
         scoped(() => {
           const rng = new Rng(seedOf("alias-many", dtype, op, placement));
           const [a, b, c] = randomTensors(rng, dtype, 2049, 3, placement, k.heap);
           const want = copyOf(a);
-          reference.reduceMany(want, [copyOf(b), copyOf(a), copyOf(c)], { op, dtype });
-          k.reduceMany(a, [b, a, c], { op, dtype });
+          reference.reduceMany(want, [copyOf(b), copyOf(a), copyOf(c)], manyOptions(op, dtype));
+          k.reduceMany(a, [b, a, c], manyOptions(op, dtype));
           assertSameBits(a, want, dtype, `reduceMany(a, [b, a, c]) ${op} ${placement}`);
         });
       }
@@ -282,7 +300,7 @@ function checkDivide(dtype: DType, divisor: number, n: number, placement: Placem
   });
 }
 
-for (const dtype of DTYPES) {
+for (const dtype of DTYPES.filter((d) => d !== "bool")) {
   Deno.test(`Kernels.divide() divides ${dtype} like the reference`, () => {
     const divisors = dtype.startsWith("float") ? [1, 3, 7, 0.3, -2.5, 1e30] : [1, 2, 3, 7, 1000, 2 ** 40];
     for (const divisor of divisors) {
@@ -311,7 +329,7 @@ Deno.test("Kernels.divide() truncates integers toward zero and scales floats by 
 });
 
 Deno.test("Kernels.reducePtr(), reduceManyPtr() and dividePtr() match the array wrappers", () => {
-  for (const dtype of DTYPES) {
+  for (const dtype of DTYPES.filter((d) => d !== "bool")) {
     scoped(() => {
       const rng = new Rng(seedOf("ptr", dtype));
       const n = 1001;
@@ -379,12 +397,12 @@ Deno.test("Kernels.reduce() rejects unknown ops and dtypes, and avg, naming the 
   assertThrowsMatching(
     () => k.reduce(new Float32Array(1), new Float32Array(1), { op: "mean" as never }),
     TypeError,
-    /^Cannot reduce: expected op one of sum, prod, min, max, avg, found "mean"$/,
+    /^Cannot reduce: expected op one of sum, prod, min, max, avg, band, bor, bxor, premulSum, found "mean"$/,
   );
   assertThrowsMatching(
     () => k.reduce(new Float32Array(1), new Float32Array(1), { dtype: "float8" as never }),
     TypeError,
-    /expected dtype one of int8, .*float64, found "float8"/,
+    /expected dtype one of int8, .*float64, bool, found "float8"/,
   );
   assertThrowsMatching(
     () => k.reduce(new Float32Array(1), new Float32Array(1), { op: "avg" }),
@@ -458,4 +476,157 @@ Deno.test("Kernels.reducePtr() rejects an element count that is not a non-negati
     /expected n to be an integer >= 0, found -1/,
   );
   assertThrowsMatching(() => k.dividePtr("float32", 0, 1.5, 2), RangeError, /found 1.5/);
+});
+
+Deno.test("Kernels.reduce() and reduceMany() compute band, bor and bxor of every integer dtype bit by bit", () => {
+  const i8 = new Int8Array([-1, 0x55, -128]);
+  k.reduce(i8, new Int8Array([0x0f, 0x0f, -1]), { op: "band" });
+  assert.deepEqual(i8, new Int8Array([0x0f, 0x05, -128]));
+  const u32 = new Uint32Array([0xf0f0_0000, 1]);
+  k.reduce(u32, new Uint32Array([0x0f0f_0000, 2]), { op: "bor" });
+  assert.deepEqual(u32, new Uint32Array([0xffff_0000, 3]));
+  const u64 = new BigUint64Array(1);
+  k.reduceMany(u64, [0xffn, 0x0fn, 0xf0n].map((v) => new BigUint64Array([v << 56n])), { op: "bxor" });
+  assert.deepEqual(u64, new BigUint64Array([0n]));
+  const i64 = new BigInt64Array(1);
+  k.reduceMany(i64, [-1n, -2n, 4n].map((v) => new BigInt64Array([v])), { op: "band" });
+  assert.deepEqual(i64, new BigInt64Array([4n]));
+});
+
+Deno.test("Kernels reduce bools as torch does: sum, max and bor or them, prod, min and band and them", () => {
+  const a = [0, 0, 1, 1], b = [0, 1, 0, 1];
+  const or = [0, 1, 1, 1], and = [0, 0, 0, 1], xor = [0, 1, 1, 0];
+  const want: Record<string, number[]> = {
+    sum: or,
+    max: or,
+    bor: or,
+    prod: and,
+    min: and,
+    band: and,
+    bxor: xor,
+  };
+  for (const [op, expected] of Object.entries(want)) {
+    const dst = new Uint8Array(a);
+    k.reduce(dst, new Uint8Array(b), { op: op as never, dtype: "bool" });
+    assert.deepEqual(Array.from(dst), expected, `reduce ${op}`);
+    const many = new Uint8Array(4);
+    k.reduceMany(many, [new Uint8Array(a), new Uint8Array(b)], { op: op as never, dtype: "bool" });
+    assert.deepEqual(Array.from(many), expected, `reduceMany ${op}`);
+    const ref = new Uint8Array(a);
+    reference.reduce(ref, new Uint8Array(b), { op: op as never, dtype: "bool" });
+    assert.deepEqual(Array.from(ref), expected, `reference ${op}`);
+  }
+  // Three ranks' flags: any, all, odd parity.
+  const flags = [[1, 0, 0], [0, 0, 1], [1, 0, 1]].map((f) => new Uint8Array(f));
+  const out = new Uint8Array(3);
+  k.reduceMany(out, flags, { op: "sum", dtype: "bool" });
+  assert.deepEqual(Array.from(out), [1, 0, 1]);
+  k.reduceMany(out, flags, { op: "prod", dtype: "bool" });
+  assert.deepEqual(Array.from(out), [0, 0, 0]);
+  k.reduceMany(out, flags, { op: "bxor", dtype: "bool" });
+  assert.deepEqual(Array.from(out), [0, 0, 0]);
+  const p = k.heap.top;
+  scoped(() => {
+    const [d, s] = [k.heap.alloc(2), k.heap.alloc(2)];
+    k.heap.view(Uint8Array, d, 2).set([1, 0]);
+    k.heap.view(Uint8Array, s, 2).set([0, 0]);
+    k.reducePtr("bool", "sum", d, s, 2);
+    assert.deepEqual(Array.from(k.heap.view(Uint8Array, d, 2)), [1, 0]);
+  });
+  assert.equal(k.heap.top, p);
+});
+
+Deno.test("Kernels.reduceMany() premulSum rounds the factor and every product to the dtype, then sums", () => {
+  // float32: fround(0.1) times each source, each product rounded, summed in order.
+  const x = [0.7, 1.3, -2.9].map(Math.fround), f = Math.fround(0.1);
+  const out = new Float32Array(1);
+  k.reduceMany(out, x.map((v) => new Float32Array([v])), { op: "premulSum", factor: 0.1 });
+  const p = x.map((v) => Math.fround(v * f));
+  assert.equal(out[0], Math.fround(Math.fround(p[0] + p[1]) + p[2]));
+  // float16: the factor 0.1 is 0.0999755859375 in float16, and 3 × it rounds to float16 before the sum.
+  const h = new Float16Array(1);
+  k.reduceMany(h, [new Float16Array([3]), new Float16Array([3])], { op: "premulSum", factor: 0.1 });
+  const ph = Math.f16round(3 * Math.f16round(0.1));
+  assert.equal(h[0], Math.f16round(ph + ph));
+  // float64: exact factor 0.5 over one source is a scale.
+  const d = new Float64Array([3, -5]);
+  k.reduceMany(d, [d], { op: "premulSum", factor: 0.5 });
+  assert.deepEqual(d, new Float64Array([1.5, -2.5]));
+  // bfloat16 0.5 of 3 (0x4040) is 1.5 (0x3fc0).
+  const b = new Uint16Array([0x4040]);
+  k.reduceMany(b, [b], { op: "premulSum", factor: 0.5, dtype: "bfloat16" });
+  assert.equal(b[0], 0x3fc0);
+  scoped(() => {
+    const [a, c] = [k.heap.alloc(8), k.heap.alloc(8)];
+    k.heap.view(Float32Array, a, 2).set([1, 2]);
+    k.heap.view(Float32Array, c, 2).set([3, 4]);
+    k.reduceManyPtr("float32", "premulSum", a, [a, c], 2, 0.25);
+    assert.deepEqual(k.heap.view(Float32Array, a, 2), new Float32Array([1, 1.5]));
+  });
+});
+
+Deno.test("Kernels refuse ops that do not apply to the dtype, and premulSum without a finite factor", () => {
+  const f = new Float32Array(2), i = new Int32Array(2);
+  assertThrowsMatching(
+    () => k.reduce(f, f.slice(), { op: "band" }),
+    TypeError,
+    /^Cannot reduce: op "band" takes integer or bool tensors \(int8, uint8, int32, uint32, int64, uint64, bool\), found float32$/,
+  );
+  assertThrowsMatching(
+    () => k.reduceMany(i, [i], { op: "premulSum", factor: 2 }),
+    TypeError,
+    /^Cannot reduce: op "premulSum" takes float tensors \(float16, bfloat16, float32, float64\), found int32$/,
+  );
+  assertThrowsMatching(
+    () => k.reduceMany(f, [f], { op: "premulSum" }),
+    TypeError,
+    /^Cannot reduce: op "premulSum" needs a factor: expected factor to be a finite number, found none$/,
+  );
+  assertThrowsMatching(
+    () => k.reduceMany(f, [f], { op: "premulSum", factor: "2" as never }),
+    TypeError,
+    /expected factor to be a finite number, found string "2"$/,
+  );
+  for (const bad of [NaN, Infinity, -Infinity]) {
+    assertThrowsMatching(
+      () => k.reduceMany(f, [f], { op: "premulSum", factor: bad }),
+      RangeError,
+      new RegExp(
+        `^Cannot reduce: op "premulSum" needs a finite factor: expected a finite number, found ${bad}$`,
+      ),
+    );
+  }
+  assertThrowsMatching(
+    () => k.reduceMany(new Float16Array(1), [new Float16Array(1)], { op: "premulSum", factor: 1e5 }),
+    RangeError,
+    /^Cannot reduce: op "premulSum" needs a factor that float16 holds: expected a finite float16, found 100000 \(it rounds to Infinity\)$/,
+  );
+  assertThrowsMatching(
+    () => k.reduceMany(f, [f], { op: "sum", factor: 2 }),
+    TypeError,
+    /^Cannot reduce: factor goes with op "premulSum" only, found op "sum" with factor 2$/,
+  );
+  assertThrowsMatching(
+    () => k.reduce(f, f.slice(), { op: "premulSum", factor: 2 }),
+    RangeError,
+    /reduceMany\(\) with every source/,
+  );
+  const flags = new Uint8Array(2);
+  assertThrowsMatching(
+    () => k.reduceMany(flags, [flags], { op: "avg", dtype: "bool" }),
+    TypeError,
+    /^Cannot reduce: op "avg" does not apply to bool tensors: expected one of sum, prod, min, max, band, bor, bxor .*found avg$/,
+  );
+  assertThrowsMatching(() => k.divide(flags, 2, { dtype: "bool" }), TypeError, /^Cannot divide bool/);
+  assertThrowsMatching(() => k.reducePtr("float64", "bxor", 0, 0, 0), TypeError, /found float64/);
+  assertThrowsMatching(() => k.reducePtr("float32", "premulSum", 0, 0, 0), RangeError, /reduceManyPtr/);
+  assertThrowsMatching(() => k.reduceManyPtr("float32", "premulSum", 0, [0], 0), TypeError, /found none/);
+  assertThrowsMatching(() => k.reduceManyPtr("int8", "premulSum", 0, [0], 0, 1), TypeError, /found int8/);
+  // A Uint8Array is uint8 unless told, and "bool" fits no other array class.
+  assertThrowsMatching(
+    () => k.reduce(new Int8Array(1), new Int8Array(1), { dtype: "bool" }),
+    TypeError,
+    /dst is a Int8Array \(int8\) but dtype is bool/,
+  );
+  assert.ok(isFloat("float16") && !isFloat("bool"));
 });

@@ -6,10 +6,10 @@
  *
  * @module
  */
-import { type DType, DTYPES, REDUCE_OPS, type ReduceOp } from "../../../core/dtype.ts";
+import { type DType, DTYPES, type ReduceOp, reduceOpsFor } from "../../../core/dtype.ts";
 import type { ProcessGroup } from "../../../backend/process_group.ts";
 import { ALGORITHMS as ALL_ALGORITHMS, UNEVEN_ALGORITHMS } from "../../../collectives/mod.ts";
-import { checkReduction, hashBytes, input, makeArray } from "../_reference.ts";
+import { checkReduction, hashBytes, input, makeArray, rankFactor } from "../_reference.ts";
 
 /** One seeded call. */
 export interface Case {
@@ -48,7 +48,8 @@ export interface RankResult {
 }
 
 /**
- * The cases of a profile for a world of `size` ranks: `"sweep"` adds every dtype × op of allReduce,
+ * The cases of a profile for a world of `size` ranks: `"sweep"` adds every dtype × op of allReduce (the
+ * ops that apply to the dtype: bitwise ones of integers and bools, premulSum of floats),
  * `"big"` adds calls of about a million elements; `"sweep,big"` both. The `"segment"` algorithms join
  * only where the ranks share a host segment (`segment`).
  */
@@ -69,13 +70,22 @@ export function cases(size: number, profile: string, segment = false): Case[] {
   for (const count of counts) {
     if (sweep) {
       for (const dtype of DTYPES) {
-        for (const op of REDUCE_OPS) {
+        for (const op of reduceOpsFor(dtype)) {
           add({ collective: "allReduce", algorithm: "auto", dtype, op, count, root: 0 });
         }
       }
     }
     for (const algorithm of ALGORITHMS.allReduce) {
-      for (const [dtype, op] of [["float32", "sum"], ["int32", "max"], ["bfloat16", "avg"]] as const) {
+      for (
+        const [dtype, op] of [
+          ["float32", "sum"],
+          ["int32", "max"],
+          ["bfloat16", "avg"],
+          ["uint32", "bxor"],
+          ["bool", "sum"],
+          ["float32", "premulSum"],
+        ] as const
+      ) {
         add({ collective: "allReduce", algorithm, dtype, op, count, root: 0 });
       }
     }
@@ -98,10 +108,16 @@ export function cases(size: number, profile: string, segment = false): Case[] {
     }
     for (const root of roots) {
       for (
-        const [dtype, op] of [["float32", "sum"], ["uint8", "prod"], ["int64", "min"], [
-          "float16",
-          "avg",
-        ]] as const
+        const [dtype, op] of [
+          ["float32", "sum"],
+          ["uint8", "prod"],
+          ["int64", "min"],
+          ["float16", "avg"],
+          ["int64", "band"],
+          ["bool", "prod"],
+          ["float64", "premulSum"],
+          ["float16", "premulSum"],
+        ] as const
       ) {
         if (count === big && dtype !== "float32") continue;
         for (const algorithm of ALGORITHMS.reduce) {
@@ -118,10 +134,15 @@ export function cases(size: number, profile: string, segment = false): Case[] {
     }
     for (const algorithm of ALGORITHMS.reduceScatter) {
       for (
-        const [dtype, op] of [["float32", "sum"], ["int32", "avg"], ["float16", "max"], [
-          "uint64",
-          "prod",
-        ]] as const
+        const [dtype, op] of [
+          ["float32", "sum"],
+          ["int32", "avg"],
+          ["float16", "max"],
+          ["uint64", "prod"],
+          ["int8", "bor"],
+          ["bool", "bxor"],
+          ["float16", "premulSum"],
+        ] as const
       ) {
         if (count === big && dtype !== "float32") continue;
         add({ collective: "reduceScatter", algorithm, dtype, op, count: block, root: 0 });
@@ -260,6 +281,8 @@ export async function main(pg: ProcessGroup, ctx: { args: unknown }): Promise<Ra
       result.failures.push(`rank ${me}: ${name}: ${what}`);
     };
     const opts = { dtype: c.dtype, algorithm: c.algorithm || undefined };
+    // premulSum: each rank its own factor (a weighted sum), as checkReduction expects.
+    const factor = c.op === "premulSum" ? rankFactor(me) : undefined;
     let lastAlgorithm: string | undefined;
     let out;
     const t0 = performance.now();
@@ -267,7 +290,7 @@ export async function main(pg: ProcessGroup, ctx: { args: unknown }): Promise<Ra
       case "allReduce": {
         const inputs = all(c, c.count);
         out = inputs[me].slice();
-        const report = await pg.allReduce(out, { ...opts, op: c.op, servers: c.servers }).wait();
+        const report = await pg.allReduce(out, { ...opts, op: c.op, factor, servers: c.servers }).wait();
         if (report) result.algorithms[report.algorithm] = (result.algorithms[report.algorithm] ?? 0) + 1;
         lastAlgorithm = report?.algorithm;
         const bad = checkReduction(c.dtype, c.op, inputs, out);
@@ -285,7 +308,7 @@ export async function main(pg: ProcessGroup, ctx: { args: unknown }): Promise<Ra
       case "reduce": {
         const inputs = all(c, c.count);
         out = inputs[me].slice();
-        const report = await pg.reduce(out, { ...opts, op: c.op, root: c.root }).wait();
+        const report = await pg.reduce(out, { ...opts, op: c.op, factor, root: c.root }).wait();
         if (report) result.algorithms[report.algorithm] = (result.algorithms[report.algorithm] ?? 0) + 1;
         lastAlgorithm = report?.algorithm;
         if (me === c.root) {
@@ -305,7 +328,9 @@ export async function main(pg: ProcessGroup, ctx: { args: unknown }): Promise<Ra
       case "reduceScatter": {
         const inputs = all(c, c.count * size);
         out = makeArray(c.dtype, c.count);
-        await pg.reduceScatter(out, inputs[me], { ...opts, op: c.op });
+        const before = inputs[me].slice();
+        await pg.reduceScatter(out, inputs[me], { ...opts, op: c.op, factor });
+        if (sameBits(inputs[me], before) >= 0) fail("the input changed");
         const bad = checkReduction(c.dtype, c.op, inputs, out, me * c.count);
         if (bad) fail(`element ${bad.index}: expected ${bad.expected}, got ${bad.got}`);
         break;

@@ -89,6 +89,23 @@ const errors: Record<string, string> = {
   commDtype: await answer(() => pg.allReduce(new Float32Array(4), { commDtype: "float16" })),
   compressionBad: await answer(() => pg.allReduce(f, { compression: { codec: "topk", k: 0 } })),
   compression: await answer(() => pg.allReduce(new Float32Array(4), { compression: { codec: "int8" } })),
+  // Ops that do not apply to the dtype, and premulSum's factor.
+  bitwiseFloat: await answer(() => pg.allReduce(f, { op: "band" })),
+  bitwiseReduce: await answer(() => pg.reduce(new Float64Array(2), { op: "bor" })),
+  premulInteger: await answer(() => pg.allReduce(new Int32Array(2), { op: "premulSum", factor: 2 })),
+  premulNoFactor: await answer(() => pg.allReduce(f, { op: "premulSum" })),
+  premulFactorType: await answer(() => pg.reduceScatter(f, f, { op: "premulSum", factor: "2" as never })),
+  premulNaN: await answer(() => pg.allReduce(f, { op: "premulSum", factor: NaN })),
+  premulInfinite: await answer(() => pg.reduce(f, { op: "premulSum", factor: -Infinity })),
+  premulOverflow: await answer(() => pg.allReduce(new Float16Array(2), { op: "premulSum", factor: 1e5 })),
+  factorWithSum: await answer(() => pg.allReduce(f, { factor: 0.5 })),
+  boolAvg: await answer(() => pg.allReduce(new Uint8Array(2), { dtype: "bool", op: "avg" })),
+  boolPremul: await answer(() =>
+    pg.allReduce(new Uint8Array(2), { dtype: "bool", op: "premulSum", factor: 1 })
+  ),
+  boolInt8: await answer(() => pg.allReduce(new Int8Array(2), { dtype: "bool" })),
+  // A valid call the nccl backend cannot run (NCCL has no bitwise ops): refused there, run elsewhere.
+  bitwise: await answer(() => pg.allReduce(new Int32Array(2), { op: "bxor" })),
 };
 await pg.close();
 const afterClose: Record<string, string> = {

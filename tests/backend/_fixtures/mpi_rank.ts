@@ -24,14 +24,14 @@ import {
   type DType,
   DTYPES,
   isFloat,
-  REDUCE_OPS,
   type ReduceOp,
+  reduceOpsFor,
   type TypedArray,
 } from "../../../core/dtype.ts";
 import { DistError, MismatchError, TimeoutError, UnsupportedError } from "../../../core/errors.ts";
 import { init } from "../../../backend/init.ts";
 import type { ProcessGroup } from "../../../backend/process_group.ts";
-import { checkReduction, get, hashBytes, input, makeArray } from "../_reference.ts";
+import { checkReduction, get, hashBytes, input, makeArray, rankFactor } from "../_reference.ts";
 
 /** What a rank prints. */
 export interface MpiRankResult {
@@ -123,17 +123,27 @@ function record(name: string, dtype: DType, out: TypedArray): void {
   }
 }
 
+/** premulSum's factor on this rank (each rank its own), none for any other op. */
+function factorOf(op: ReduceOp, rank: number): number | undefined {
+  return op === "premulSum" ? rankFactor(rank) : undefined;
+}
+
+/** The ops that apply to `dtype` among `ops`. */
+function applying(dtype: DType, ops: readonly ReduceOp[]): ReduceOp[] {
+  return ops.filter((op) => reduceOpsFor(dtype).includes(op));
+}
+
 /** One seeded call of every collective; `record` keeps the results for the backend comparison. */
 async function collectives(g: ProcessGroup, counts: readonly number[], keep: boolean): Promise<void> {
   let seed = 1;
   const roots = [...new Set([0, g.size - 1])];
   for (const count of counts) {
     for (const dtype of DTYPES) {
-      for (const op of REDUCE_OPS) {
+      for (const op of reduceOpsFor(dtype)) {
         const name = `allReduce ${count} ${dtype} ${op}`;
         const all = inputs(dtype, op, count, ++seed);
         const out = all[me].slice();
-        await g.allReduce(out, { op, dtype });
+        await g.allReduce(out, { op, dtype, factor: factorOf(op, g.rank) });
         checkReduced(name, dtype, op, all, out);
         result.hashes[name] = hashBytes(out);
         if (keep) record(name, dtype, out);
@@ -149,11 +159,11 @@ async function collectives(g: ProcessGroup, counts: readonly number[], keep: boo
       }
       for (const root of roots) {
         const op: ReduceOp = isFloat(dtype) ? "sum" : "max";
-        for (const o of [op, "avg"] as const) {
+        for (const o of applying(dtype, [op, "avg", isFloat(dtype) ? "premulSum" : "band"])) {
           const name = `reduce ${count} ${dtype} ${o} root ${root}`;
           const all = inputs(dtype, o, count, ++seed);
           const out = all[me].slice();
-          await g.reduce(out, { op: o, root, dtype });
+          await g.reduce(out, { op: o, root, dtype, factor: factorOf(o, g.rank) });
           if (me === root) {
             checkReduced(name, dtype, o, all, out);
             if (keep) record(name, dtype, out);
@@ -170,11 +180,12 @@ async function collectives(g: ProcessGroup, counts: readonly number[], keep: boo
         if (i >= 0) fail(name, `byte ${i} differs from the concatenation`);
         result.ran++;
       }
-      for (const op of ["sum", "avg", isFloat(dtype) ? "max" : "prod"] as const) {
+      const scattering: ReduceOp[] = ["sum", "avg", isFloat(dtype) ? "max" : "prod"];
+      for (const op of applying(dtype, [...scattering, isFloat(dtype) ? "premulSum" : "bor"])) {
         const name = `reduceScatter ${count} ${dtype} ${op}`;
         const all = inputs(dtype, op, count * g.size, ++seed);
         const out = makeArray(dtype, count);
-        await g.reduceScatter(out, all[me], { op, dtype });
+        await g.reduceScatter(out, all[me], { op, dtype, factor: factorOf(op, g.rank) });
         checkReduced(name, dtype, op, all, out, me * count);
         if (keep) record(name, dtype, out);
         result.ran++;

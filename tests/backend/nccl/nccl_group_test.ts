@@ -4,7 +4,8 @@ import { CudaError } from "../../../core/errors.ts";
 import { init } from "../../../backend/init.ts";
 import { type DeviceTensor, isDeviceTensor } from "../../../backend/process_group.ts";
 import { createNcclGroup, ncclBackendMissing } from "../../../backend/nccl/create.ts";
-import { ncclDataType, ncclRedOp, scalarBytes } from "../../../backend/nccl/_mapping.ts";
+import { ncclDataType, ncclOpFor, ncclRedOp, ncclRuns, scalarBytes } from "../../../backend/nccl/_mapping.ts";
+import { premulFactor } from "../../../core/dtype.ts";
 import { NcclWork } from "../../../backend/nccl/nccl_work.ts";
 import { NcclDataType, NcclRedOp } from "../../../ffi/nccl/constants.ts";
 import type { DeviceBuffer } from "../../../gpu/device_buffer.ts";
@@ -24,7 +25,62 @@ Deno.test("ncclDataType() and ncclRedOp() map every dtype and op to NCCL's enums
   assert.equal(ncclRedOp("avg"), 4);
   assert.equal(ncclRedOp("max"), 2);
   assert.equal(ncclRedOp("min"), 3);
+  // torch's NCCL backend: a bool is a uint8, sum and prod its max and min.
+  assert.equal(ncclDataType("bool"), NcclDataType.Uint8);
+  assert.deepEqual(
+    (["sum", "prod", "min", "max", "band", "bor"] as const).map((op) => ncclOpFor(op, "bool")),
+    ["max", "min", "min", "max", "min", "max"],
+  );
+  assert.equal(ncclOpFor("sum", "int32"), "sum");
+  assert.throws(() => ncclRedOp("bxor"), /NCCL has no built-in op for "bxor"/);
 });
+
+Deno.test("ncclRuns() refuses the bitwise ops NCCL lacks but a bool's band and bor", () => {
+  for (const op of ["band", "bor", "bxor"] as const) assert.equal(ncclRuns(op, "int32"), false, op);
+  assert.equal(ncclRuns("band", "bool"), true);
+  assert.equal(ncclRuns("bor", "bool"), true);
+  assert.equal(ncclRuns("bxor", "bool"), false);
+  for (const op of ["sum", "prod", "min", "max", "avg", "premulSum"] as const) {
+    assert.equal(ncclRuns(op, "float32"), true, op);
+  }
+});
+
+gatedTest(
+  "the nccl group refuses bitwise ops at the front, before it needs a communicator or a GPU",
+  { missing: NCCL_MISSING },
+  async () => {
+    const { NcclRank } = await import("../../../backend/nccl/_rank.ts");
+    const { NcclProcessGroup } = await import("../../../backend/nccl/nccl_group.ts");
+    const { nccl } = await import("../../../ffi/nccl/nccl.ts");
+    const { applyTuning } = await import("../../../backend/nccl/tuning.ts");
+    const pg = new NcclProcessGroup({
+      rank: new NcclRank(0, nccl(), applyTuning()),
+      id: 0,
+      ranks: [0],
+      globalRank: 0,
+      comm: null,
+      timeoutMs: 60_000,
+    });
+    for (const op of ["band", "bor", "bxor"] as const) {
+      assert.throws(
+        () => pg.allReduce(new Uint32Array(4), { op }),
+        (e: unknown) =>
+          e instanceof UnsupportedError &&
+          e.message ===
+            `Cannot all-reduce uint32 with op "${op}": the nccl backend cannot reduce with it; use the cpu ` +
+              `or mpi backend, which run every op`,
+      );
+    }
+    assert.throws(() => pg.reduce(new Uint8Array(4), { dtype: "bool", op: "bxor" }), UnsupportedError);
+    assert.throws(
+      () => pg.reduceScatter(new Int8Array(1), new Int8Array(1), { op: "bor" }),
+      UnsupportedError,
+    );
+    // Checked first, in every backend's words: the op does not apply to the dtype at all.
+    assert.throws(() => pg.allReduce(new Float32Array(4), { op: "band" }), TypeError);
+    await pg.close();
+  },
+);
 
 Deno.test("scalarBytes() encodes a PreMulSum scalar in the collective's own dtype", () => {
   assert.equal(new Float32Array(scalarBytes("float32", 0.25).buffer)[0], 0.25);
@@ -34,6 +90,13 @@ Deno.test("scalarBytes() encodes a PreMulSum scalar in the collective's own dtyp
   assert.equal(new Uint16Array(scalarBytes("bfloat16", 0.5).buffer)[0], 0x3f00);
   assert.equal(new BigInt64Array(scalarBytes("int64", 3).buffer)[0], 3n);
   assert.equal(new Int32Array(scalarBytes("int32", -2).buffer)[0], -2);
+  // premulSum's factor, as the cpu and mpi backends' kernels round it, is the scalar NCCL gets.
+  for (const x of [0.1, 1 / 3, -2.7, 1e-5]) {
+    assert.equal(new Float16Array(scalarBytes("float16", x).buffer)[0], premulFactor("float16", x));
+    assert.equal(new Float32Array(scalarBytes("float32", x).buffer)[0], premulFactor("float32", x));
+    const bf16 = new Uint16Array(scalarBytes("bfloat16", x).buffer)[0];
+    assert.equal(new Float32Array(new Uint32Array([bf16 << 16]).buffer)[0], premulFactor("bfloat16", x));
+  }
 });
 
 Deno.test("isDeviceTensor() tells device tensors from TypedArrays", () => {
