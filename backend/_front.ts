@@ -438,23 +438,7 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
   monitoredBarrier(options: MonitoredBarrierOptions = NO_OPTIONS): Promise<void> {
     const what = "monitoredBarrier";
     if (this.isClosed) return Promise.reject(new DistError(`Cannot ${what}: the process group is closed`));
-    if (this.rank < 0) {
-      throw new RangeError(`Cannot ${what}: this rank is not a member of ${this.describe()}`);
-    }
-    if (options === null || typeof options !== "object") {
-      throw new TypeError(`Cannot ${what}: expected an options object, found ${options}`);
-    }
-    const timeoutMs = options.timeoutMs ?? this.defaultTimeoutMs;
-    if (typeof timeoutMs !== "number" || !(timeoutMs > 0)) {
-      const found = typeof timeoutMs === "number" ? String(timeoutMs) : describeValue(timeoutMs);
-      throw new RangeError(`Cannot ${what}: expected timeoutMs to be a number > 0, found ${found}`);
-    }
-    const signal = options.signal;
-    if (signal !== undefined && !(signal instanceof AbortSignal)) {
-      throw new TypeError(
-        `Cannot ${what}: expected signal to be an AbortSignal, found ${describeValue(signal)}`,
-      );
-    }
+    const { timeoutMs, signal } = this.#checkCall(what, options);
     const waitAll = checkWaitAll(options);
     // Numbered on every member alike, refused calls aside.
     const seq = this.#monitored++;
@@ -614,14 +598,11 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
     return this.close();
   }
 
-  /** Checks the parts every call shares, then the collective's own (`build`), then runs the record. */
-  #call(
-    collective: Collective,
-    options: CallOptions & { algorithm?: string },
-    build: () => Omit<Partial<CallRecord>, "collective" | "dtype"> & { dtype: DType; count: number },
-  ): W {
-    const what = VERB[collective];
-    if (this.isClosed) return this.rejected(new DistError(`Cannot ${what}: the process group is closed`));
+  /**
+   * The checks every call of an open group shares: this rank a member, the options an object, the
+   * timeout (or the group's) and the signal.
+   */
+  #checkCall(what: string, options: CallOptions): { timeoutMs: number; signal: AbortSignal | undefined } {
     if (this.rank < 0) {
       throw new RangeError(`Cannot ${what}: this rank is not a member of ${this.describe()}`);
     }
@@ -639,6 +620,18 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
         `Cannot ${what}: expected signal to be an AbortSignal, found ${describeValue(signal)}`,
       );
     }
+    return { timeoutMs, signal };
+  }
+
+  /** Checks the parts every call shares, then the collective's own (`build`), then runs the record. */
+  #call(
+    collective: Collective,
+    options: CallOptions & { algorithm?: string },
+    build: () => Omit<Partial<CallRecord>, "collective" | "dtype"> & { dtype: DType; count: number },
+  ): W {
+    const what = VERB[collective];
+    if (this.isClosed) return this.rejected(new DistError(`Cannot ${what}: the process group is closed`));
+    const { timeoutMs, signal } = this.#checkCall(what, options);
     const parts = build();
     const algorithm = options.algorithm ?? "auto";
     if (typeof algorithm !== "string") {

@@ -5,7 +5,7 @@
  * @module
  */
 import type { CollectiveContext } from "./comm.ts";
-import type { Blocks } from "./_blocks.ts";
+import { type Blocks, equalBlocks } from "./_blocks.ts";
 
 /** The checks of one collective call; every message starts with "Cannot <verb>:". */
 export interface ArgChecks {
@@ -114,4 +114,34 @@ export function checkUneven(
       `Cannot ${verb}: expected the n blocks' ${blocks.total} bytes, found ${whole.length}`,
     );
   }
+}
+
+/**
+ * The blocks of a block collective's n-block buffer, checked: equal blocks of `block`'s size (`whole` must
+ * hold n of them), or the v-form's `layout` (`block` must be this rank's, `whole` their sum).
+ *
+ * @param ctx The algorithm's context.
+ * @param verb The collective, for messages.
+ * @param block This rank's block buffer (an all-gather's input, a reduce-scatter's output).
+ * @param whole The n-block buffer.
+ * @param names How messages name the two.
+ * @param layout The v-form's blocks, in bytes, if any.
+ * @returns The blocks.
+ * @throws {RangeError} If a length does not fit.
+ */
+export function checkedBlocks(
+  ctx: CollectiveContext,
+  verb: string,
+  block: Uint8Array,
+  whole: Uint8Array,
+  names: { block: string; whole: string },
+  layout?: Blocks,
+): Blocks {
+  const check = argChecks(ctx, verb);
+  if (layout === undefined) {
+    check.blocks(block, whole, names);
+    return equalBlocks(ctx.comm.size, block.length);
+  }
+  checkUneven(check, verb, block, layout.lengths[ctx.comm.rank], whole, layout);
+  return layout;
 }

@@ -19,8 +19,8 @@
  * @module
  */
 import type { CollectiveContext } from "./comm.ts";
-import { argChecks, checkUneven } from "./_checks.ts";
-import { blockOf, type Blocks, equalBlocks } from "./_blocks.ts";
+import { checkedBlocks } from "./_checks.ts";
+import { blockOf, type Blocks } from "./_blocks.ts";
 import { chunks, mod } from "./_layout.ts";
 import { Plan } from "./_schedule.ts";
 
@@ -40,11 +40,14 @@ export async function orderedReduceScatter(
   output: Uint8Array,
   layout?: Blocks,
 ): Promise<void> {
-  const check = argChecks(ctx, "reduce-scatter");
-  const { rank, size } = ctx.comm;
-  const blocks = layout ?? equalBlocks(size, output.length);
-  if (layout === undefined) check.blocks(output, input, { block: "output", whole: "input" });
-  else checkUneven(check, "reduce-scatter", output, blocks.lengths[rank], input, blocks);
+  const blocks = checkedBlocks(
+    ctx,
+    "reduce-scatter",
+    output,
+    input,
+    { block: "output", whole: "input" },
+    layout,
+  );
   await orderedReduceScatterPlan(ctx, input, output, blocks).run();
 }
 

@@ -15,8 +15,8 @@
  * @module
  */
 import type { CollectiveContext } from "./comm.ts";
-import { argChecks, checkUneven } from "./_checks.ts";
-import { blockOf, type Blocks, equalBlocks } from "./_blocks.ts";
+import { checkedBlocks } from "./_checks.ts";
+import { blockOf, type Blocks } from "./_blocks.ts";
 import { chunks, mod } from "./_layout.ts";
 import { Plan, type Step } from "./_schedule.ts";
 
@@ -36,11 +36,8 @@ export async function ringAllGather(
   output: Uint8Array,
   layout?: Blocks,
 ): Promise<void> {
-  const check = argChecks(ctx, "all-gather");
   const { rank, size } = ctx.comm;
-  const blocks = layout ?? equalBlocks(size, input.length);
-  if (layout === undefined) check.blocks(input, output, { block: "input", whole: "output" });
-  else checkUneven(check, "all-gather", input, blocks.lengths[rank], output, blocks);
+  const blocks = checkedBlocks(ctx, "all-gather", input, output, { block: "input", whole: "output" }, layout);
   blockOf(output, blocks, rank).set(input);
   if (size === 1 || blocks.total === 0) return;
   const right = mod(rank + 1, size);

@@ -16,8 +16,8 @@
  * @module
  */
 import type { CollectiveContext } from "./comm.ts";
-import { argChecks, checkUneven } from "./_checks.ts";
-import { blockOf, type Blocks, equalBlocks } from "./_blocks.ts";
+import { checkedBlocks } from "./_checks.ts";
+import { blockOf, type Blocks } from "./_blocks.ts";
 import { chunks, EMPTY, mod } from "./_layout.ts";
 import { Plan, type Step } from "./_schedule.ts";
 
@@ -37,11 +37,15 @@ export async function ringReduceScatter(
   output: Uint8Array,
   layout?: Blocks,
 ): Promise<void> {
-  const check = argChecks(ctx, "reduce-scatter");
   const { rank, size } = ctx.comm;
-  const blocks = layout ?? equalBlocks(size, output.length);
-  if (layout === undefined) check.blocks(output, input, { block: "output", whole: "input" });
-  else checkUneven(check, "reduce-scatter", output, blocks.lengths[rank], input, blocks);
+  const blocks = checkedBlocks(
+    ctx,
+    "reduce-scatter",
+    output,
+    input,
+    { block: "output", whole: "input" },
+    layout,
+  );
   if (size === 1 || blocks.total === 0) {
     output.set(blockOf(input, blocks, rank));
     return;
