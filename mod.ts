@@ -61,6 +61,7 @@ export type {
   SplitOptions,
   Tensor,
 } from "./backend/process_group.ts";
+export { ANY_SOURCE } from "./backend/process_group.ts";
 export { Work, type WorkReport } from "./backend/work.ts";
 export { spawnThreads, type SpawnThreadsOptions, type ThreadContext } from "./backend/threads.ts";
 export { type RankInfo, rankInfo, type RankInfoOptions } from "./backend/env.ts";

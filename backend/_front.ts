@@ -28,6 +28,7 @@ import { checkCompression, type CheckedCompression } from "./_compression.ts";
 import {
   type AllocOptions,
   type AllToAllOptions,
+  ANY_SOURCE,
   type AnyTensor,
   type CallOptions,
   type CountsOptions,
@@ -221,6 +222,13 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
     return true;
   }
   /** Whether the group's reducing calls run in deterministic mode unless a call says otherwise. @default false */
+  /**
+   * Whether the backend receives from {@linkcode ANY_SOURCE}; one that cannot refuses it with an
+   * `UnsupportedError`. @default true
+   */
+  protected get receivesFromAnySource(): boolean {
+    return true;
+  }
   protected get deterministicDefault(): boolean {
     return false;
   }
@@ -476,7 +484,7 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
   recv(tensor: AnyTensor, peer: number, options: CallOptions = NO_OPTIONS): W {
     return this.#call("recv", options, () => ({
       dtype: this.#dtype("recv", tensor, "tensor", options),
-      root: checkPeer("recv", peer, this),
+      root: peer === ANY_SOURCE ? this.#anySource("recv") : checkPeer("recv", peer, this),
       tensor,
       count: tensor.length,
     }));
@@ -498,10 +506,25 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
             describeValue(o?.op ?? o),
         );
       }
-      checkPeer(`${what} (ops[${i}], a ${o.op})`, o.peer, this);
+      const which = `${what} (ops[${i}], a ${o.op})`;
+      if (o.op === "recv" && o.peer === ANY_SOURCE) this.#anySource(which);
+      else checkPeer(which, o.peer, this);
       this.#dtype(`${what} (ops[${i}], a ${o.op})`, o.tensor, "tensor", { dtype: o.dtype ?? options.dtype });
     });
     return this.runBatch(ops, options);
+  }
+
+  /** Checks a receive from {@linkcode ANY_SOURCE}: the backend has one, and the group another rank. */
+  #anySource(what: string): number {
+    if (!this.receivesFromAnySource) {
+      throw new UnsupportedError(
+        `Cannot ${what} from ANY_SOURCE: the ${this.backend} backend has no receive from any rank; name the peer`,
+      );
+    }
+    if (this.size < 2) {
+      throw new RangeError(`Cannot ${what} from ANY_SOURCE: the group has no rank but this one`);
+    }
+    return ANY_SOURCE;
   }
 
   /**

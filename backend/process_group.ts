@@ -434,6 +434,26 @@ export interface SplitOptions {
 }
 
 /**
+ * The peer of a receive from whichever rank sends first (torch's `recv(tensor, src=None)`, MPI's
+ * `MPI_ANY_SOURCE`); the report of the receive names the sender (`WorkReport.peer`). The cpu and mpi
+ * backends take it; the nccl backend refuses it (NCCL has no receive from any rank).
+ *
+ * @example Receiving from whichever rank sends first
+ * ```ts
+ * import { ANY_SOURCE, init } from "@dcomm/dcomm";
+ * import assert from "node:assert/strict";
+ * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+ * if (pg.rank === 0 && pg.size > 1) {
+ *   const got = new Float32Array(4);
+ *   const report = await pg.recv(got, ANY_SOURCE).wait();
+ *   console.log(`rank ${report?.peer} sent ${got}`);
+ * }
+ * assert.equal(ANY_SOURCE, -1);
+ * ```
+ */
+export const ANY_SOURCE: number = -1;
+
+/**
  * One operation of `batchIsendIrecv` (torch's `P2POp`).
  *
  * @example A ring exchange: send to the next rank, receive from the previous, in one batch
@@ -450,12 +470,13 @@ export interface SplitOptions {
  * }
  * ```
  */
+
 export interface P2POp {
   /** A send to `peer`, or a receive from it. */
   op: "send" | "recv";
   /** The tensor sent, or received into. */
   tensor: AnyTensor;
-  /** The other rank, within the group. */
+  /** The other rank, within the group; {@linkcode ANY_SOURCE} for a receive from any rank. */
   peer: number;
   /** The dtype, for a `Uint16Array` holding float16 or bfloat16. @default inferred */
   dtype?: DType;
@@ -674,7 +695,28 @@ export interface ProcessGroup extends AsyncDisposable {
   monitoredBarrier(options?: MonitoredBarrierOptions): Promise<void>;
   /** Sends `tensor` to rank `peer` (within the group). */
   send(tensor: AnyTensor, peer: number, options?: CallOptions): Work;
-  /** Receives into `tensor` from rank `peer` (within the group). */
+  /**
+   * Receives into `tensor` from rank `peer` (within the group), or with {@linkcode ANY_SOURCE} from
+   * whichever rank's send to this rank comes first; the report's `peer` names the sender.
+   *
+   * @example Rank 0 collects one result from each other rank, in the order they finish
+   * ```ts
+   * import { ANY_SOURCE, init } from "@dcomm/dcomm";
+   * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+   * const result = new Float64Array(1);
+   * if (pg.rank === 0) {
+   *   for (let i = 1; i < pg.size; i++) {
+   *     const report = await pg.recv(result, ANY_SOURCE).wait();
+   *     console.log(`rank ${report?.peer} finished with ${result[0]}`);
+   *   }
+   * } else {
+   *   result[0] = pg.rank;
+   *   await pg.send(result, 0);
+   * }
+   * ```
+   *
+   * @throws {UnsupportedError} For {@linkcode ANY_SOURCE} on the nccl backend.
+   */
   recv(tensor: AnyTensor, peer: number, options?: CallOptions): Work;
   /**
    * Issues sends and receives together (torch's `batch_isend_irecv`): every op is checked before any is

@@ -43,13 +43,22 @@ export interface WorkReport {
    * `"powersgd"`; `bytesSent` then sums its stages, and `algorithm` is its first stage's.
    */
   readonly compression?: string;
+  /**
+   * The other rank of a `send` or `recv`, within the group: for a receive from `ANY_SOURCE`, the rank
+   * that sent the message.
+   */
+  readonly peer?: number;
 }
 
 /**
  * What a backend knows of a finished call, for {@linkcode workReport}: the report's fields, with
- * `compression` left `undefined` for a call that compressed nothing.
+ * `compression` left `undefined` for a call that compressed nothing and `peer` for one that is not a send
+ * or a receive.
  */
-export type WorkReportInit = Omit<WorkReport, "compression"> & { readonly compression?: string | undefined };
+export type WorkReportInit = Omit<WorkReport, "compression" | "peer"> & {
+  readonly compression?: string | undefined;
+  readonly peer?: number | undefined;
+};
 
 /**
  * The report of a finished collective: every backend builds its reports here, so they all have the same
@@ -89,7 +98,9 @@ export function workReport(init: WorkReportInit): WorkReport {
     startedAt: init.startedAt,
     finishedAt: init.finishedAt,
   };
-  return init.compression === undefined ? report : { ...report, compression: init.compression };
+  if (init.compression !== undefined) (report as { compression?: string }).compression = init.compression;
+  if (init.peer !== undefined) (report as { peer?: number }).peer = init.peer;
+  return report;
 }
 
 /** What a Work done when it was made is constructed with (never settles, never escapes this module). */

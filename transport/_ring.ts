@@ -28,7 +28,8 @@
  */
 import { TransportError } from "../core/errors.ts";
 import { copySmallBytes, smallBytes } from "../core/small_bytes.ts";
-import { DESC_BYTES, type RecvCheck } from "./transport.ts";
+import { probeOf, ProbeSlot } from "./_probe.ts";
+import { DESC_BYTES, type MessageHeader, type RecvCheck } from "./transport.ts";
 
 /** Bytes of a ring's header; data starts here. */
 export const RING_HEADER_BYTES = 4096;
@@ -424,6 +425,7 @@ export class RingReader {
   #ops: RecvOp[] = [];
   #arrived: Arrived[] = [];
   #current: Incoming | undefined;
+  readonly #probe = new ProbeSlot();
   readonly #frame = new Uint8Array(FRAME_HEADER_BYTES);
   readonly #frameView = new DataView(this.#frame.buffer);
 
@@ -438,9 +440,9 @@ export class RingReader {
     this.#tail = Atomics.load(ring.words, W_TAIL);
   }
 
-  /** Whether a receive is posted and not complete. */
+  /** Whether a receive (or a probe) is posted and not complete. */
   get pending(): boolean {
-    return this.#ops.length > 0 || this.#current?.op !== undefined;
+    return this.#ops.length > 0 || this.#current?.op !== undefined || this.#probe.pending;
   }
 
   /** Whether bytes the reader has not consumed are in the ring. */
@@ -459,6 +461,29 @@ export class RingReader {
     return new Promise((resolve, reject) => {
       this.#ops.push({ into, check, resolve, reject });
     });
+  }
+
+  /**
+   * Waits for the header of the next message no posted receive takes (`Pair.probe`);
+   * {@linkcode RingReader.progress} reads it.
+   *
+   * @returns Resolves with the header, the message left for the next receive.
+   */
+  probe(): Promise<MessageHeader> {
+    return probeOf(this.#probe, this.#unclaimed());
+  }
+
+  /** Withdraws the pending probe (`Pair.cancelProbe`). */
+  cancelProbe(): void {
+    this.#probe.cancel();
+  }
+
+  /** The first message read (its header at least) that no posted receive takes. */
+  #unclaimed(): { desc: Uint8Array; bytes: number } | undefined {
+    const first = this.#arrived[0];
+    if (first !== undefined) return { desc: first.desc, bytes: first.data.length };
+    const current = this.#current;
+    return current !== undefined && current.op === undefined ? current : undefined;
   }
 
   /**
@@ -543,6 +568,10 @@ export class RingReader {
       else this.#arrived.push({ desc: current.desc, data: into });
     }
     if (moved) this.#publish();
+    if (this.#probe.pending) {
+      const unclaimed = this.#unclaimed();
+      if (unclaimed !== undefined) this.#probe.offer(unclaimed.desc, unclaimed.bytes);
+    }
     for (const [op, desc] of completed) op.resolve(desc);
     return moved || completed.length > 0;
   }
@@ -568,6 +597,7 @@ export class RingReader {
     this.#ops = [];
     this.#arrived = [];
     this.#current = undefined;
+    this.#probe.reject(error);
     current?.reject(error);
     for (const op of ops) op.reject(error);
   }

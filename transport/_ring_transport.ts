@@ -40,7 +40,14 @@ import {
   STATE_ABORTED,
   STATE_CLOSED,
 } from "./_ring.ts";
-import { DESC_BYTES, type Pair, pairOf, type RecvCheck, type Transport } from "./transport.ts";
+import {
+  DESC_BYTES,
+  type MessageHeader,
+  type Pair,
+  pairOf,
+  type RecvCheck,
+  type Transport,
+} from "./transport.ts";
 
 /** Bytes of an inbox's header. */
 export const INBOX_HEADER_BYTES = 4096;
@@ -238,6 +245,18 @@ class RingPair implements Pair {
     const done = this.reader.recv(into, check);
     this.#host.kick(this);
     return done;
+  }
+
+  cancelProbe(): void {
+    this.reader.cancelProbe();
+  }
+
+  probe(): Promise<MessageHeader> {
+    const unusable = this.#host.unusable(this.peer, false);
+    if (unusable !== undefined) return Promise.reject(unusable);
+    const probe = this.reader.probe();
+    this.#host.kick(this);
+    return probe;
   }
 }
 

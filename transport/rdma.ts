@@ -66,7 +66,16 @@ import {
   releaseRdma,
 } from "./_rdma_connect.ts";
 import { decodeHeader, encodeHeader, FRAME_DATA, HEADER_BYTES, SENT_REASON_BYTES } from "./_tcp_wire.ts";
-import { checkRank, DESC_BYTES, type Pair, pairOf, type RecvCheck, type Transport } from "./transport.ts";
+import { probeOf, ProbeSlot } from "./_probe.ts";
+import {
+  checkRank,
+  DESC_BYTES,
+  type MessageHeader,
+  type Pair,
+  pairOf,
+  type RecvCheck,
+  type Transport,
+} from "./transport.ts";
 
 /** Options of {@linkcode RdmaTransport.connect}. */
 export interface RdmaTransportOptions {
@@ -190,6 +199,8 @@ class RdmaPair implements Pair {
   // Receiving.
   readonly posted: Posted[] = [];
   readonly arrived: Arrived[] = [];
+  /** The probe waiting for the next early message. */
+  readonly probing = new ProbeSlot();
   #incoming: Incoming | undefined;
   /** Data slots received so far. */
   #received = 0;
@@ -213,7 +224,7 @@ class RdmaPair implements Pair {
   /** Whether this rank waits on the peer (for a message, or for credits). */
   get waiting(): boolean {
     return this.posted.length > 0 || this.outgoing.length > 0 || this.arrived.some((a) => !a.complete) ||
-      this.#incoming !== undefined;
+      this.#incoming !== undefined || this.probing.pending;
   }
 
   /** Whether writes this rank made are not yet complete. */
@@ -253,6 +264,19 @@ class RdmaPair implements Pair {
       this.posted.push({ into, check, resolve, reject });
       this.#host.kick(this);
     });
+  }
+
+  cancelProbe(): void {
+    this.probing.cancel();
+  }
+
+  probe(): Promise<MessageHeader> {
+    const unusable = this.#host.unusable(this, false);
+    if (unusable !== undefined) return Promise.reject(unusable);
+    const first = this.arrived[0];
+    const probe = probeOf(this.probing, first && { desc: first.desc, bytes: first.data.length });
+    this.#host.kick(this);
+    return probe;
   }
 
   #takeArrived(arrived: Arrived, into: Uint8Array, check?: RecvCheck): Promise<Uint8Array> {
@@ -466,6 +490,7 @@ class RdmaPair implements Pair {
       } else {
         const arrived: Arrived = { desc, data: new Uint8Array(header.bytes), complete: false };
         this.arrived.push(arrived);
+        this.probing.offer(desc, header.bytes);
         incoming = { desc, bytes: header.bytes, got: 0, target: arrived.data, arrived };
       }
       this.#incoming = incoming;
@@ -493,6 +518,7 @@ class RdmaPair implements Pair {
     const waiting: ((e: Error) => void)[] = this.posted.map((p) => p.reject);
     this.posted.length = 0;
     this.arrived.length = 0;
+    this.probing.reject(error);
     if (this.#incoming !== undefined) {
       this.#incoming.target = undefined;
       this.#incoming.posted = undefined;

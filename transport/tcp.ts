@@ -58,7 +58,16 @@ import {
   stripes,
   writeAll,
 } from "./_tcp_wire.ts";
-import { checkRank, DESC_BYTES, type Pair, pairOf, type RecvCheck, type Transport } from "./transport.ts";
+import { probeOf, ProbeSlot } from "./_probe.ts";
+import {
+  checkRank,
+  DESC_BYTES,
+  type MessageHeader,
+  type Pair,
+  pairOf,
+  type RecvCheck,
+  type Transport,
+} from "./transport.ts";
 
 /** Options of {@linkcode TcpTransport.connect}. */
 export interface TcpTransportOptions {
@@ -329,6 +338,8 @@ class TcpPair implements Pair {
   /** The peer sent CLOSE: the end of its stream that follows is expected. */
   #peerClosed = false;
   #socketsClosed = false;
+  /** The probe waiting for the next early message. */
+  readonly #probe = new ProbeSlot();
 
   constructor(host: Host, peer: number, conns: Deno.TcpConn[]) {
     this.#host = host;
@@ -372,6 +383,22 @@ class TcpPair implements Pair {
     return new Promise((resolve, reject) => this.#posted.push({ into, check, resolve, reject }));
   }
 
+  cancelProbe(): void {
+    this.#probe.cancel();
+  }
+
+  probe(): Promise<MessageHeader> {
+    const unusable = this.#life.unusable();
+    if (unusable) return Promise.reject(unusable);
+    const first = this.#arrived[0];
+    const gone = first === undefined ? this.#closedByPeer("receive from") : undefined;
+    if (gone) {
+      this.#life.fail(gone);
+      return Promise.reject(gone);
+    }
+    return probeOf(this.#probe, first && { desc: first.desc, bytes: first.data.length });
+  }
+
   async #takeArrived(arrived: Arrived, into: Uint8Array, check?: RecvCheck): Promise<Uint8Array> {
     this.#life.checkReceive(this.peer, { into, desc: arrived.desc, bytes: arrived.data.length, check });
     await this.#guard(this.#receiving, arrived.ready);
@@ -396,6 +423,7 @@ class TcpPair implements Pair {
     this.#posted = [];
     this.#arrived = [];
     this.#receiving.clear();
+    this.#probe.reject(error);
     if (sends) this.#sending.clear();
     for (const reject of waiting) reject(error);
   }
@@ -516,7 +544,9 @@ class TcpPair implements Pair {
           return; // The peer closes its sockets next; nothing more will come.
         } else {
           this.#peerClosed = true;
-          if (this.#posted.length > 0) this.#life.fail(this.#closedByPeer("receive from") as TransportError);
+          if (this.#posted.length > 0 || this.#probe.pending) {
+            this.#life.fail(this.#closedByPeer("receive from") as TransportError);
+          }
           return;
         }
       }
@@ -527,7 +557,7 @@ class TcpPair implements Pair {
       // own call has finished): not a failure yet. A receive posted from it after this fails, naming it.
       if (
         error instanceof EndOfStream && error.got === 0 && betweenFrames && this.#posted.length === 0 &&
-        this.#receiving.size === 0
+        this.#receiving.size === 0 && !this.#probe.pending
       ) {
         this.#peerClosed = true;
         return;
@@ -561,6 +591,7 @@ class TcpPair implements Pair {
     const data = reuse ? spare.subarray(0, header.bytes) : new Uint8Array(header.bytes);
     let markReady: () => void = () => {};
     this.#arrived.push({ desc: header.desc.slice(), data, ready: new Promise<void>((r) => markReady = r) });
+    this.#probe.offer(header.desc, header.bytes);
     await this.#readPayload(data, header.bytes);
     markReady();
   }

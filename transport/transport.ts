@@ -22,6 +22,14 @@ export const DESC_BYTES = 32;
  */
 export type RecvCheck = (desc: Uint8Array, payloadBytes: number) => void;
 
+/** A message's header, as {@linkcode Pair.probe} sees it before the message is received. */
+export interface MessageHeader {
+  /** The descriptor ({@linkcode DESC_BYTES} bytes; a copy the caller may keep). */
+  readonly desc: Uint8Array;
+  /** The payload's length in bytes. */
+  readonly bytes: number;
+}
+
 /** One end of an ordered, reliable message channel with one peer. */
 export interface Pair {
   /** The peer's rank. */
@@ -42,6 +50,20 @@ export interface Pair {
    * @returns The message's descriptor.
    */
   recv(into: Uint8Array, check?: RecvCheck): Promise<Uint8Array>;
+  /**
+   * Waits for the header of the next message that no posted receive will take, without taking it: the
+   * next {@linkcode Pair.recv} gets that message (MPI's `MPI_Probe`; what a receive from any rank looks
+   * at first). A probe made while one is pending gets the same promise. Rejects when the transport fails
+   * or the peer closes.
+   *
+   * @returns The message's header.
+   */
+  probe(): Promise<MessageHeader>;
+  /**
+   * Withdraws the pending probe, if any: it rejects with an `AbortError`, and the pair no longer waits
+   * for a message (a peer that closes after this fails nothing).
+   */
+  cancelProbe(): void;
 }
 
 /** A rank's connections to every other rank of a world. */

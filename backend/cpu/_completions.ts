@@ -7,8 +7,9 @@
  * back to a message too.
  *
  * A {@linkcode RecordRing} of {@linkcode COMPLETION_SLOTS} records of 8 float64s: id, algorithm code (an
- * index into `ALGORITHM_NAMES`), bytes, bytesSent, timeMs, startedAt, finishedAt, and the codec of a
- * compressed all-reduce (its index in `CODECS` + 1; 0 for none).
+ * index into `ALGORITHM_NAMES`), bytes, bytesSent, timeMs, startedAt, finishedAt, and in the last word
+ * the codec of a compressed all-reduce (its index in `CODECS` + 1) or the peer `p` of a send or receive
+ * (as `-(p + 1)`), 0 for neither.
  *
  * @module
  */
@@ -34,6 +35,8 @@ export interface Completion {
   finishedAt: number;
   /** The codec of a compressed all-reduce, if any. */
   compression?: string;
+  /** The other rank of a send or receive, if it is one. */
+  peer?: number;
 }
 
 /** A new ring's memory. */
@@ -64,7 +67,11 @@ export class CompletionWriter {
       r[at + 4] = c.timeMs;
       r[at + 5] = c.startedAt;
       r[at + 6] = c.finishedAt;
-      r[at + 7] = c.compression === undefined ? 0 : CODECS.indexOf(c.compression as Codec) + 1;
+      r[at + 7] = c.compression !== undefined
+        ? CODECS.indexOf(c.compression as Codec) + 1
+        : c.peer !== undefined
+        ? -(c.peer + 1)
+        : 0;
       return true;
     });
   }
@@ -92,7 +99,11 @@ export class CompletionReader {
         timeMs: r[at + 4],
         startedAt: r[at + 5],
         finishedAt: r[at + 6],
-        ...(r[at + 7] > 0 ? { compression: CODECS[r[at + 7] - 1] } : {}),
+        ...(r[at + 7] > 0
+          ? { compression: CODECS[r[at + 7] - 1] }
+          : r[at + 7] < 0
+          ? { peer: -r[at + 7] - 1 }
+          : {}),
       });
   }
 

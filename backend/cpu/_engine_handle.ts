@@ -197,6 +197,7 @@ export class EngineHandle {
       startedAt: c.startedAt,
       finishedAt: c.finishedAt,
       compression: c.compression,
+      peer: c.peer,
     }));
     this.#idle();
   }

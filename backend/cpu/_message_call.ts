@@ -11,6 +11,7 @@ import { MismatchError, TimeoutError } from "../../core/errors.ts";
 import type { CollectiveContext, Comm } from "../../collectives/comm.ts";
 import { disseminationBarrier } from "../../collectives/dissemination_barrier.ts";
 import type { Transport } from "../../transport/transport.ts";
+import { ANY_SOURCE } from "../process_group.ts";
 import { type WorkReport, workReport } from "../work.ts";
 import {
   type CallDescriptor,
@@ -47,16 +48,18 @@ export interface MessageEnv {
 
 /** One call over messages, from its descriptor to its report. */
 export class MessageCall {
-  /** The call's descriptor, as its messages carry it. */
-  readonly descriptor: CallDescriptor;
+  /** The call's descriptor, as its messages carry it (a receive's from any rank: once its sender is known). */
+  descriptor: CallDescriptor;
   /** `performance.now()` when it was made. */
   readonly began: number;
   readonly #startedAt: number;
   readonly #env: MessageEnv;
-  readonly #op: OpRequest;
+  #op: OpRequest;
   readonly #group: GroupState;
   readonly #algorithm: string;
-  readonly #ctx: CollectiveContext;
+  #ctx: CollectiveContext | undefined;
+  /** A receive from any rank whose sender is not known yet. */
+  #anySource: boolean;
   readonly #waitingOn = new Set<number>();
   #bytesSent = 0;
 
@@ -71,7 +74,22 @@ export class MessageCall {
     this.#op = op;
     this.#group = group;
     this.#algorithm = algorithm;
-    const desc = this.descriptor = descriptorOf(op, group, algorithm);
+    this.#anySource = op.collective === "recv" && op.root === ANY_SOURCE;
+    if (this.#anySource) {
+      // Numbered once the sender is known (per direction); until then, every other member is waited on.
+      this.descriptor = { ...descriptorOf({ ...op, root: group.index }, group, algorithm, false), root: -1 };
+      for (const rank of group.ranks) if (rank !== env.transport.rank) this.#waitingOn.add(rank);
+    } else {
+      this.descriptor = this.#prepare(op);
+    }
+    this.#startedAt = performance.timeOrigin + performance.now();
+    this.began = performance.now();
+  }
+
+  /** Numbers the call, and makes the communicator and context its algorithm runs on. */
+  #prepare(op: OpRequest): CallDescriptor {
+    const env = this.#env, group = this.#group, algorithm = this.#algorithm;
+    const desc = descriptorOf(op, group, algorithm);
     const p2p = op.collective === "send" || op.collective === "recv";
     if (group.segment && !p2p) {
       // Numbered in the group's one sequence of calls, which the segment's calls share.
@@ -117,23 +135,54 @@ export class MessageCall {
       scratch: (n) => env.scratch.take(n),
       hosts: group.hosts,
     };
-    this.#startedAt = performance.timeOrigin + performance.now();
-    this.began = performance.now();
+    return desc;
+  }
+
+  /**
+   * The member whose send to this rank arrives first: a probe on every other member's pair, the first
+   * header that is this group's send to this rank wins (its other checks are the receive's own), and the
+   * other probes are withdrawn. A member whose next message is something else is not sending to this
+   * rank now (messages between two ranks are in order), and is passed over.
+   */
+  async #firstSender(): Promise<number> {
+    const group = this.#group, transport = this.#env.transport;
+    const peers = group.ranks.filter((rank) => rank !== transport.rank);
+    const { promise, resolve } = Promise.withResolvers<number>();
+    for (const rank of peers) {
+      transport.pair(rank).probe().then((header) => {
+        const d = decodeDescriptor(header.desc, ALGORITHM_NAMES);
+        if (d.collective === "send" && d.group === group.id && d.root === group.index) resolve(rank);
+        else this.#waitingOn.delete(rank);
+      }, () => {}); // a failed transport fails the call through the engine
+    }
+    try {
+      return group.ranks.indexOf(await promise);
+    } finally {
+      for (const rank of peers) transport.pair(rank).cancelProbe();
+    }
   }
 
   /** The error of the call timed out now, naming the ranks it waits for. */
   timedOut(): TimeoutError {
     const peers = [...this.#waitingOn];
     const waiting = peers.length ? `, waiting for rank ${peers.join(", rank ")}` : "";
+    const d = this.descriptor;
+    const call = this.#anySource
+      ? `recv(${d.count} × ${d.dtype}) from ANY_SOURCE in group ${d.group}`
+      : describeCall(d);
     return new TimeoutError(
-      `Timed out after ${this.#op.timeoutMs} ms in ${describeCall(this.descriptor)} on rank ` +
-        `${this.#env.transport.rank}${waiting}`,
+      `Timed out after ${this.#op.timeoutMs} ms in ${call} on rank ${this.#env.transport.rank}${waiting}`,
     );
   }
 
   /** Runs the algorithm on the call's tensors (and divides for `avg`). */
   async run(): Promise<void> {
-    const op = this.#op, ctx = this.#ctx, env = this.#env;
+    if (this.#anySource) {
+      this.#op = { ...this.#op, root: await this.#firstSender() };
+      this.descriptor = this.#prepare(this.#op);
+      this.#anySource = false;
+    }
+    const op = this.#op, ctx = this.#ctx as CollectiveContext, env = this.#env;
     if (
       env.checkCalls && ctx.comm.size > 1 && rootedCollective(op.collective)
     ) {
@@ -160,6 +209,7 @@ export class MessageCall {
       timeMs: t1 - this.began,
       startedAt: this.#startedAt,
       finishedAt: performance.timeOrigin + t1,
+      peer: op.collective === "send" || op.collective === "recv" ? op.root : undefined,
     });
   }
 
@@ -182,14 +232,17 @@ function reduceOpOf(op: ReduceOp): ReduceOp {
   return op === "avg" ? "sum" : op;
 }
 
-/** The descriptor of a call over messages; send/recv are numbered per direction. */
-function descriptorOf(op: OpRequest, group: GroupState, algorithm: string): CallDescriptor {
+/**
+ * The descriptor of a call over messages; send/recv are numbered per direction (`count`: whether this
+ * call takes its number).
+ */
+function descriptorOf(op: OpRequest, group: GroupState, algorithm: string, count = true): CallDescriptor {
   if (op.collective === "send" || op.collective === "recv") {
     // Both ends describe the message as the sender's call, numbered per direction.
     const sending = op.collective === "send";
     const counter = sending ? group.sent : group.received;
     const seq = counter.get(op.root) ?? 0;
-    counter.set(op.root, seq + 1);
+    if (count) counter.set(op.root, seq + 1);
     return {
       group: group.id,
       seq,

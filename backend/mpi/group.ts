@@ -70,16 +70,18 @@ import { type CallRecord, type Collective, GroupFront, VERB } from "../_front.ts
 import { type DType, dtypeSize, type TypedArray } from "../../core/dtype.ts";
 import { DistError, MismatchError, UnsupportedError } from "../../core/errors.ts";
 import {
+  MPI_ANY_SOURCE,
   MPI_ERR_TRUNCATE,
   MPI_IN_PLACE_ADDRESS,
   MPI_MAX_COUNT,
+  MPI_STATUS_SOURCE_OFFSET,
   MPI_UNDEFINED,
   pointerTo,
 } from "../../ffi/mpi/constants.ts";
 import { check, MpiError } from "../../ffi/mpi/mpi.ts";
 import type { FlightSpec } from "./_progress.ts";
 import { MPI_DATATYPE, type MpiRuntime } from "./_runtime.ts";
-import type { AllocOptions, GroupOptions } from "../process_group.ts";
+import { type AllocOptions, ANY_SOURCE, type GroupOptions } from "../process_group.ts";
 import { Work, type WorkReport, workReport } from "../work.ts";
 import { allocOrdinary, releaseOrdinary } from "../_alloc.ts";
 import { afterWork, premulAsSum } from "../_premul.ts";
@@ -152,12 +154,16 @@ interface Call {
   readonly finish?: () => void;
   readonly cancellable?: boolean;
   readonly onRequestDone?: (index: number, status: Deno.PointerObject) => void;
+  /** The other rank of a send or receive, for the report (a receive from any rank's: once it is done). */
+  readonly peer?: () => number;
 }
 
 /** A collective over one tensor, before {@linkcode MpiProcessGroup}'s `#chunked` cuts it into MPI calls. */
-interface ChunkedCall
-  extends
-    Pick<Call, "collective" | "what" | "options" | "call" | "finish" | "cancellable" | "onRequestDone"> {
+interface ChunkedCall extends
+  Pick<
+    Call,
+    "collective" | "what" | "options" | "call" | "finish" | "cancellable" | "onRequestDone" | "peer"
+  > {
   /** Starts chunk `chunk`: `count` elements at `pointer`, its request in `request`. */
   readonly issue: (pointer: Deno.PointerObject, count: number, request: Int32Array, chunk: number) => number;
 }
@@ -336,25 +342,40 @@ export class MpiProcessGroup extends GroupFront {
             what: describe(`to rank ${root}`),
             options: call,
             issue: (p, count, req) => mpi.MPI_Isend(p, count, dt, root, TAG, comm, req),
+            peer: () => root,
           });
         default: {
           const expected = (i: number): number => Math.min(CHUNK, n - i * CHUNK);
+          const any = root === ANY_SOURCE;
+          if (any && n > CHUNK) {
+            // Each chunk is a receive of its own, and the chunks after the first must come from its sender.
+            throw new RangeError(
+              `Cannot recv from ANY_SOURCE: the mpi backend receives at most ${CHUNK} elements from any ` +
+                `rank in one call, found ${n}; name the peer`,
+            );
+          }
+          let sender = root;
           return this.#chunked(tensor, {
             collective: "recv",
             call: "MPI_Irecv",
-            what: describe(`from rank ${root}`),
+            what: describe(any ? "from ANY_SOURCE" : `from rank ${root}`),
             options: call,
-            issue: (p, count, req) => mpi.MPI_Irecv(p, count, dt, root, TAG, comm, req),
+            issue: (p, count, req) =>
+              mpi.MPI_Irecv(p, count, dt, any ? MPI_ANY_SOURCE : root, TAG, comm, req),
             cancellable: true,
             onRequestDone: (i, status) => {
+              if (any) sender = new Deno.UnsafePointerView(status).getInt32(MPI_STATUS_SOURCE_OFFSET);
               const count = this.#rt.scratchInt;
               check(mpi.MPI_Get_count(status, dt, count), "MPI_Get_count");
               if (count[0] !== expected(i)) {
                 throw new MismatchError(
-                  `Cannot recv: rank ${root} sent ${count[0]} ${dtype} but this rank expected ${expected(i)}`,
+                  `Cannot recv: rank ${sender} sent ${count[0]} ${dtype} but this rank expected ${
+                    expected(i)
+                  }`,
                 );
               }
             },
+            peer: () => sender,
           });
         }
       }
@@ -685,6 +706,7 @@ export class MpiProcessGroup extends GroupFront {
           timeMs,
           startedAt,
           finishedAt: startedAt + timeMs,
+          peer: call.peer?.(),
         });
       },
       failed: (e: unknown): unknown => {

@@ -114,6 +114,8 @@ interface Launch {
   readonly issue: Issue;
   /** Bytes this rank sends, for the report. */
   readonly bytesSent: number;
+  /** The other rank of a send or receive, for the report. */
+  readonly peer?: number;
 }
 
 /** How {@linkcode NcclProcessGroup}'s calls are launched: settled by the timeout, the signal and the stream waited for. */
@@ -297,6 +299,11 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
   /** @internal Whether the group is closed. */
   protected get isClosed(): boolean {
     return this.#closed;
+  }
+
+  /** @internal NCCL has no receive from any rank (`ncclRecv` names its peer). */
+  protected override get receivesFromAnySource(): boolean {
+    return false;
   }
 
   /** @internal How error messages name the group. */
@@ -512,8 +519,9 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
         break;
       }
     }
+    const peer = collective === "send" || collective === "recv" ? root : undefined;
     return this.#launch(
-      { collective, dtype, count: call.count, operands, issue, bytesSent },
+      { collective, dtype, count: call.count, operands, issue, bytesSent, peer },
       this.#how(call),
     );
   }
@@ -1127,6 +1135,7 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
             timeMs: gpuTimeMs,
             startedAt,
             finishedAt: Date.now(),
+            peer: launch.peer,
           }),
           gpuTimeMs,
           dtype,

@@ -102,6 +102,10 @@ export const MPI_MAX_ERROR_STRING: number = 512;
 export const MPI_MAX_LIBRARY_VERSION_STRING: number = 8192;
 /** `sizeof(MPI_Status)` in MPICH: `{ int count_lo, count_hi_and_cancelled, MPI_SOURCE, MPI_TAG, MPI_ERROR; }`. */
 export const MPI_STATUS_SIZE: number = 20;
+/** `offsetof(MPI_Status, MPI_SOURCE)`: where a completed receive says who sent its message. */
+export const MPI_STATUS_SOURCE_OFFSET: number = 8;
+/** `MPI_ANY_SOURCE`: the source of a receive that takes a message from any rank. */
+export const MPI_ANY_SOURCE: number = -2;
 /** The largest `int` count one call takes (`INT_MAX`); larger tensors are split into several calls. */
 export const MPI_MAX_COUNT: number = 0x7fff_ffff;
 

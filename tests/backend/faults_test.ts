@@ -96,6 +96,8 @@ const KILLED = [
   ["shm", "allGatherv"],
   ["tcp", "batch"],
   ["shm", "batch"],
+  ["tcp", "anySource"],
+  ["shm", "anySource"],
 ];
 for (const [transport, size] of KILLED) {
   Deno.test(`a rank killed mid-collective makes every other rank fail within seconds (${transport}, ${size})`, async () => {
@@ -106,7 +108,7 @@ for (const [transport, size] of KILLED) {
       ? "ddp"
       : size === "DDP 1-bit buckets"
       ? "ddp-1bit"
-      : size === "gather" || size === "allGatherv" || size === "batch"
+      : size === "gather" || size === "allGatherv" || size === "batch" || size === "anySource"
       ? size
       : "big";
     // hybrid: ranks 0, 1 on one host and 2, 3 on another (shared memory within, TCP between).
@@ -211,6 +213,23 @@ for (const transport of ["tcp", "shm"]) {
     assert.ok(f2);
     assert.match(f2.message, /Timed out|aborted/);
     assert.match(f0.message, /waiting for rank 1\b/);
+  });
+}
+
+for (const transport of ["tcp", "shm"]) {
+  Deno.test(`a receive from ANY_SOURCE that no rank sends to times out, naming every rank it waited for (${transport})`, async () => {
+    const ranks = await start(3, ["skip", "anySource"], {
+      DCOMM_TRANSPORT: transport,
+      FAULT_TIMEOUT_MS: "1500",
+    });
+    await Promise.all(ranks.map((r) => r.done));
+    const f0 = failure(ranks[0]);
+    assert.ok(f0, ranks[0].lines.join(" | "));
+    assert.equal(
+      f0.message,
+      "Timed out after 1500 ms in recv(1024 × float32) from ANY_SOURCE in group 0 on rank 0, waiting for rank 1, rank 2",
+    );
+    assert.ok(f0.ms < 6000, `rank 0 failed after ${f0.ms} ms`);
   });
 }
 

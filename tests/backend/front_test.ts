@@ -153,9 +153,27 @@ gatedTest("the cpu, mpi and nccl groups refuse the same bad calls with the same 
   const nccl = await answers("nccl");
   for (const [backend, a] of [["cpu", cpu], ["mpi", mpi], ["nccl", nccl]] as const) checkShapes(a, backend);
   // Word for word, but for the algorithms each backend runs.
-  const { algorithm: a1, commDtype: c1, compression: z1, bitwise: b1, ...cpuRest } = cpu.errors;
-  const { algorithm: a2, commDtype: c2, compression: z2, bitwise: b2, ...mpiRest } = mpi.errors;
-  const { algorithm: a3, commDtype: c3, compression: z3, bitwise: b3, ...ncclRest } = nccl.errors;
+  const { algorithm: a1, commDtype: c1, compression: z1, bitwise: b1, ...cpuAll } = cpu.errors;
+  const { algorithm: a2, commDtype: c2, compression: z2, bitwise: b2, ...mpiAll } = mpi.errors;
+  const { algorithm: a3, commDtype: c3, compression: z3, bitwise: b3, ...ncclAll } = nccl.errors;
+  // A receive from any rank: cpu and mpi have one (a world of one has no other rank); NCCL has none.
+  const { anySource: s1, anySourceBatch: sb1, ...cpuRest } = cpuAll;
+  const { anySource: s2, anySourceBatch: sb2, ...mpiRest } = mpiAll;
+  const { anySource: s3, anySourceBatch: sb3, ...ncclRest } = ncclAll;
+  assert.equal(s1, "RangeError: Cannot recv from ANY_SOURCE: the group has no rank but this one");
+  assert.equal(
+    sb1,
+    "RangeError: Cannot batchIsendIrecv (ops[0], a recv) from ANY_SOURCE: the group has no rank but this one",
+  );
+  assert.equal(
+    s3,
+    "UnsupportedError: Cannot recv from ANY_SOURCE: the nccl backend has no receive from any rank; name the peer",
+  );
+  assert.match(
+    sb3,
+    /^UnsupportedError: Cannot batchIsendIrecv \(ops\[0\], a recv\) from ANY_SOURCE: the nccl/,
+  );
+  assert.deepEqual([s2, sb2], [s1, sb1]);
   // The bitwise ops run on cpu and mpi; NCCL has none, and the nccl backend says so at the front.
   assert.equal(b1, "no error");
   assert.equal(b2, "no error");

@@ -8,6 +8,7 @@
  */
 import assert from "node:assert/strict";
 import {
+  MPI_ANY_SOURCE,
   MPI_ERR_TRUNCATE,
   MPI_IN_PLACE_ADDRESS,
   MPI_MAX_ERROR_STRING,
@@ -15,6 +16,7 @@ import {
   MPI_REQUEST_NULL,
   MPI_STATUS_IGNORE_ADDRESS,
   MPI_STATUS_SIZE,
+  MPI_STATUS_SOURCE_OFFSET,
   MPI_UNDEFINED,
   MpiComm,
   MpiDatatype,
@@ -64,6 +66,8 @@ function constants(): [string, number | bigint][] {
     ["MPI_MAX_ERROR_STRING", MPI_MAX_ERROR_STRING],
     ["MPI_MAX_LIBRARY_VERSION_STRING", MPI_MAX_LIBRARY_VERSION_STRING],
     ["sizeof(MPI_Status)", MPI_STATUS_SIZE],
+    ["offsetof(MPI_Status, MPI_SOURCE)", MPI_STATUS_SOURCE_OFFSET],
+    ["MPI_ANY_SOURCE", MPI_ANY_SOURCE],
     ["(intptr_t)MPI_IN_PLACE", BigInt.asIntN(64, MPI_IN_PLACE_ADDRESS)],
     ["(intptr_t)MPI_STATUS_IGNORE", MPI_STATUS_IGNORE_ADDRESS],
   );
@@ -76,6 +80,7 @@ gatedTest(
   async () => {
     const list = constants();
     const source = [
+      "#include <stddef.h>",
       "#include <stdint.h>",
       "#include <stdio.h>",
       "#include <mpi.h>",

@@ -12,6 +12,7 @@ import { MemoryStore } from "../../store/memory_store.ts";
 import type { Store } from "../../store/store.ts";
 import type { Transport } from "../../transport/transport.ts";
 import { gatedTest, type GateOptions } from "../_util/skip.ts";
+import { probeCases } from "./_probe_cases.ts";
 import { descriptor, fillPattern, firstWrongByte, indexOf, MESSAGE_SIZES } from "./_fixtures/_pattern.ts";
 
 /** How the cases make and name one kind of transport. */
@@ -276,4 +277,6 @@ export function transportCases<O>(suite: TransportSuite<O>): void {
       );
     }
   });
+
+  probeCases("", () => world(suite, 3), test);
 }

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { TransportError } from "../../core/errors.ts";
 import { createInprocMesh, InprocTransport } from "../../transport/inproc.ts";
+import { probeCases } from "./_probe_cases.ts";
 import { descriptor, fillPattern, firstWrongByte, indexOf, receiveSizes } from "./_fixtures/_pattern.ts";
 import { RankWorker } from "./_fixtures/inproc_workers.ts";
 
@@ -173,4 +174,15 @@ Deno.test("InprocTransport moves 64 MiB between two threads (throughput)", async
   console.log(
     `    inproc: 64 MiB one way in ${(best / 2).toFixed(1)} ms = ${(2 * bytes / best / 1e6).toFixed(2)} GB/s`,
   );
+});
+
+probeCases("InprocTransport", () => {
+  const mesh = createInprocMesh(3, { ringBytes: 1 << 16 });
+  const ranks = [0, 1, 2].map((rank) => InprocTransport.create(mesh, rank));
+  return Promise.resolve({
+    ranks,
+    async [Symbol.asyncDispose](): Promise<void> {
+      await Promise.all(ranks.map((t) => t.close()));
+    },
+  });
 });

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { TimeoutError, TransportError } from "../../core/errors.ts";
 import { MemoryStore } from "../../store/memory_store.ts";
 import { ShmTransport } from "../../transport/shm.ts";
+import { probeCases } from "./_probe_cases.ts";
 import { descriptor, fillPattern, firstWrongByte, indexOf, receiveSizes } from "./_fixtures/_pattern.ts";
 import { segmentsOf, World } from "./_fixtures/shm_processes.ts";
 
@@ -218,4 +219,18 @@ Deno.test("ShmTransport.connect() checks its options", async () => {
   await assert.rejects(ShmTransport.connect(store, { rank: 2, size: 2 }), RangeError);
   await assert.rejects(ShmTransport.connect(store, { rank: 0, size: 2, ringBytes: 10 }), RangeError);
   await assert.rejects(ShmTransport.connect(store, { rank: 0, size: 2, timeoutMs: 0 }), RangeError);
+});
+
+probeCases("ShmTransport", async () => {
+  const store = new MemoryStore();
+  const ranks = await Promise.all(
+    [0, 1, 2].map((rank) => ShmTransport.connect(store, { rank, size: 3, ringBytes: 1 << 16 })),
+  );
+  return {
+    ranks,
+    async [Symbol.asyncDispose](): Promise<void> {
+      await Promise.all(ranks.map((t) => t.close()));
+      await store.close();
+    },
+  };
 });

@@ -2,14 +2,17 @@
  * A rank of the fault tests, started directly (not by the launcher, which would stop the others itself).
  * Modes (first argument):
  * - `loop`: all-reduce 16 MiB forever (1 KiB with a second argument `small`; DistributedDataParallel
- *   steps of three buckets with `ddp`, the same through the 1-bit hook with `ddp-1bit`), printing `STARTED` once; the test kills one rank.
+ *   steps of three buckets with `ddp`, the same through the 1-bit hook with `ddp-1bit`; sends to rank 0,
+ *   which receives from `ANY_SOURCE`, with `anySource`), printing `STARTED` once; the test kills one rank.
  * - `mismatch`: rank 1 makes a different call than the others (second argument: count | op | dtype |
  *   collective | algorithm | root | reduceRoot; rootEach: every rank names another root), with algorithm `FAULT_ALGORITHM` (default "ring"; "auto" runs
  *   through the host segment over shared memory).
- * - `skip`: rank 1 skips the collective the others make (they time out).
+ * - `skip`: rank 1 skips the collective the others make (they time out); with `anySource`, rank 0
+ *   waits for a message from any rank that none sends.
  * Every rank prints `FAILED <name> <ms> <message>` when its call fails, or `DONE`.
  */
 import { init } from "../../../backend/init.ts";
+import { ANY_SOURCE } from "../../../backend/process_group.ts";
 import { applyHostOf } from "../../_util/launched.ts";
 import { DistributedDataParallel, signCompressHook } from "../../../ddp/mod.ts";
 
@@ -50,6 +53,13 @@ try {
     await call();
     console.log("STARTED");
     for (;;) await call();
+  } else if (mode === "loop" && variant === "anySource") {
+    // Every other rank sends 256 KiB to rank 0 again and again; rank 0 receives from whichever sends.
+    const t = new Float32Array(1 << 16);
+    const step = () => pg.rank === 0 ? pg.recv(t, ANY_SOURCE) : pg.send(t, 0);
+    await step();
+    console.log("STARTED");
+    for (;;) await step();
   } else if (mode === "loop" && variant === "batch") {
     // Every rank exchanges 1 MiB with every other in one batch, again and again.
     const peers = Array.from({ length: pg.size }, (_, r) => r).filter((r) => r !== pg.rank);
@@ -99,6 +109,10 @@ try {
         algorithm: odd && variant === "algorithm" ? (algorithm === "tree" ? "ring" : "tree") : algorithm,
       });
     }
+    console.log("DONE");
+  } else if (mode === "skip" && variant === "anySource") {
+    if (pg.rank === 0) await pg.recv(new Float32Array(1024), ANY_SOURCE);
+    else await new Promise((r) => setTimeout(r, 4000));
     console.log("DONE");
   } else if (mode === "skip") {
     if (pg.rank !== 1) await pg.allReduce(new Float32Array(1024));

@@ -7,7 +7,7 @@
  * @module
  */
 import { init } from "../../../backend/init.ts";
-import type { ProcessGroup } from "../../../backend/process_group.ts";
+import { ANY_SOURCE, type ProcessGroup } from "../../../backend/process_group.ts";
 import { nccl } from "../../../ffi/nccl/nccl.ts";
 import { NcclRank } from "../../../backend/nccl/_rank.ts";
 import { NcclProcessGroup } from "../../../backend/nccl/nccl_group.ts";
@@ -76,6 +76,8 @@ const errors: Record<string, string> = {
   notTensor: await answer(() => pg.allReduce([1, 2] as never)),
   peerSelf: await answer(() => pg.send(f, 0)),
   peerRange: await answer(() => pg.recv(f, 99)),
+  anySource: await answer(() => pg.recv(f, ANY_SOURCE)),
+  anySourceBatch: await answer(() => pg.batchIsendIrecv([{ op: "recv", tensor: f, peer: ANY_SOURCE }])),
   timeout: await answer(() => pg.barrier({ timeoutMs: 0 })),
   timeoutType: await answer(() => pg.allReduce(f, { timeoutMs: "5" as never })),
   servers: await answer(() => pg.allReduce(f, { algorithm: "auto", servers: 0 })),

@@ -1,13 +1,13 @@
 /**
  * A rank of the object collectives' tests: each collective with objects of every kind structured clone
  * takes (nested objects, Maps, bigints, TypedArrays, a 1 MiB string), roots 0 and size − 1, and the
- * error cases; then `split` (colours, keys, ranks without a group). Runs as a thread (`main`) or a
+ * error cases; then `split` (colours, keys, ranks without a group), batches and receives from any rank. Runs as a thread (`main`) or a
  * launched process (prints `RESULT {json}`; `mpi` as its argument: the mpi backend).
  *
  * @module
  */
 import assert from "node:assert/strict";
-import type { P2POp, ProcessGroup } from "../../../backend/process_group.ts";
+import { ANY_SOURCE, type P2POp, type ProcessGroup } from "../../../backend/process_group.ts";
 
 /** What a rank reports. */
 export interface ObjectsResult {
@@ -134,6 +134,75 @@ export async function main(pg: ProcessGroup): Promise<ObjectsResult> {
       for (const [p, buf] of got) assert.ok(buf.every((x) => x === p * 100 + me), `from rank ${p}`);
     },
   );
+  await check(
+    "recv from ANY_SOURCE: one message from each other rank, the report names each sender",
+    async () => {
+      if (n === 1) {
+        assert.throws(
+          () => pg.recv(new Float32Array(1), ANY_SOURCE),
+          /^RangeError: Cannot recv from ANY_SOURCE: the group has no rank but this one$/,
+        );
+        return;
+      }
+      // 300,000 float64s (2.4 MB): more than a shared-memory ring holds, so it arrives in parts.
+      const count = 300_000;
+      for (const root of new Set([0, n - 1])) {
+        // A receive from any rank takes any send to this rank: the barrier keeps the next sends apart.
+        if (me !== root) {
+          const report = await pg.send(new Float64Array(count).fill(me), root).wait();
+          assert.equal(report?.peer, root);
+          await pg.barrier();
+          continue;
+        }
+        const from: number[] = [];
+        for (let i = 1; i < n; i++) {
+          const got = new Float64Array(count);
+          const report = await pg.recv(got, ANY_SOURCE).wait();
+          assert.equal(report?.collective, "recv");
+          assert.equal(typeof report?.peer, "number");
+          assert.ok(got.every((x) => x === report?.peer), `the data of rank ${report?.peer}`);
+          from.push(report?.peer as number);
+        }
+        assert.deepEqual(
+          from.sort((a, b) => a - b),
+          Array.from({ length: n }, (_, r) => r).filter((r) => r !== me),
+        );
+        await pg.barrier();
+      }
+    },
+  );
+  await check("recv from ANY_SOURCE passes over a rank whose next message is a collective", async () => {
+    if (n < 3) return;
+    // Rank 1 sends to rank 0; the others go straight on to an all-reduce, whose messages reach rank 0
+    // while it waits for any sender.
+    const got = new Int32Array(64);
+    if (me === 1) await pg.send(new Int32Array(64).fill(41), 0);
+    if (me === 0) {
+      const report = await pg.recv(got, ANY_SOURCE).wait();
+      assert.equal(report?.peer, 1);
+      assert.ok(got.every((x) => x === 41));
+    }
+    const t = new Float32Array(1000).fill(me);
+    await pg.allReduce(t);
+    assert.ok(t.every((x) => x === (n * (n - 1)) / 2));
+  });
+  await check("batchIsendIrecv with receives from ANY_SOURCE", async () => {
+    if (n === 1) return;
+    if (me !== 0) {
+      await Promise.all(pg.batchIsendIrecv([{ op: "send", tensor: new Uint8Array(10).fill(me), peer: 0 }]));
+      return await pg.barrier();
+    }
+    const bufs = Array.from({ length: n - 1 }, () => new Uint8Array(10));
+    const works = pg.batchIsendIrecv(bufs.map((tensor) => ({ op: "recv", tensor, peer: ANY_SOURCE })));
+    const peers = [];
+    for (const [i, w] of works.entries()) {
+      const report = await w.wait();
+      assert.ok(bufs[i].every((x) => x === report?.peer));
+      peers.push(report?.peer);
+    }
+    assert.deepEqual(peers.sort(), Array.from({ length: n - 1 }, (_, r) => r + 1));
+    await pg.barrier();
+  });
   await check("sendObject/recvObject around a ring", async () => {
     if (n === 1) return;
     const next = (me + 1) % n, prev = (me + n - 1) % n;
