@@ -7,6 +7,7 @@
  *
  * @module
  */
+import { pinBuffer } from "../_pin.ts";
 import { checkGroupRanks } from "../_checks.ts";
 import type { DType, ReduceOp, TypedArray } from "../../core/dtype.ts";
 import { epochNowMs } from "../../ffi/libc/libc.ts";
@@ -31,10 +32,10 @@ import { groupUsesSegment, inputOf, outputOf, route, type RoutedCall, type Route
 /** The region of a tensor the Worker reaches by its address. */
 function pointerRegion(t: TypedArray): PointerRegion {
   const pointer = t.byteLength === 0 ? null : Deno.UnsafePointer.of(t as unknown as BufferSource);
-  return {
-    address: pointer === null ? 0 : Number(Deno.UnsafePointer.value(pointer)),
-    byteLength: t.byteLength,
-  };
+  const address = pointer === null ? 0 : Number(Deno.UnsafePointer.value(pointer));
+  // The Worker reads and writes it until the call settles: it must not be detached meanwhile.
+  if (address !== 0) pinBuffer(t.buffer, address - t.byteOffset);
+  return { address, byteLength: t.byteLength };
 }
 
 /** Returns `value`; its other arguments stay reachable until the call that holds them settles. */

@@ -66,6 +66,7 @@
  * @module
  */
 import { checkGroupRanks } from "../_checks.ts";
+import { pinBuffer } from "../_pin.ts";
 import { type CallRecord, type Collective, GroupFront, VERB } from "../_front.ts";
 import { type DType, dtypeSize, type TypedArray } from "../../core/dtype.ts";
 import { DistError, MismatchError, UnsupportedError } from "../../core/errors.ts";
@@ -131,6 +132,8 @@ function pointerOf(array: TypedArray, first = 0): Deno.PointerObject {
   if (base === undefined) {
     base = Deno.UnsafePointer.of(buffer as ArrayBuffer) as Deno.PointerObject;
     bases.set(buffer, base);
+    // MPI reads and writes it until the call settles: it must not be detached meanwhile.
+    pinBuffer(buffer, Number(Deno.UnsafePointer.value(base)));
   }
   const offset = array.byteOffset + first * array.BYTES_PER_ELEMENT;
   return offset === 0 ? base : Deno.UnsafePointer.offset(base, offset) as Deno.PointerObject;
