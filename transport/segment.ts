@@ -13,6 +13,7 @@
  * byte    64  doorbell (own cache line): peers add 1 and futex-wake it when the owner sleeps
  * byte   128  sleeping: 1 while the owner sleeps on the doorbell (own cache line)
  * byte   192  aborted: 1 once the owner failed;  byte 196 length of the reason, bytes 256.. its UTF-8
+ * byte   200  closed: 1 once the owner closed its process group (its counters are final from then on)
  * byte  4096  group blocks, 2 KiB each, one per group id below SEGMENT_GROUPS:
  *               +0 called (calls begun)  +64 posted  +128 reduced  +192 consumed (chunks; own lines)
  *               +256 the log of the last SEGMENT_LOG calls: 64 bytes each, the call's 32-byte descriptor
@@ -75,6 +76,7 @@ export const W_BELL = 16;
 const W_SLEEPING = 32;
 const W_ABORTED = 48;
 const W_REASON_LENGTH = 49;
+const W_CLOSED = 50;
 const REASON_OFFSET = 256;
 const REASON_MAX = 3840;
 const GROUPS_OFFSET = 4096;
@@ -527,6 +529,31 @@ export class HostSegment {
       const bell = this.#bells[r];
       if (bell !== undefined) futexWake(bell);
     }
+  }
+
+  /**
+   * Marks this rank's process group closed, after its last call, and wakes every rank: a peer that still
+   * waits on this rank's counters fails at once (they will not move again) rather than at its timeout.
+   */
+  markClosed(): void {
+    if (this.#closed) return;
+    Atomics.store(this.#words[this.rank], W_CLOSED, 1);
+    for (let r = 0; r < this.size; r++) {
+      if (r === this.rank) continue;
+      Atomics.add(this.#words[r], W_BELL, 1);
+      const bell = this.#bells[r];
+      if (bell !== undefined) futexWake(bell);
+    }
+  }
+
+  /**
+   * Whether a rank closed its process group ({@linkcode HostSegment.markClosed}).
+   *
+   * @param rank The rank.
+   * @returns True once it has.
+   */
+  hasClosed(rank: number): boolean {
+    return Atomics.load(this.#words[rank], W_CLOSED) !== 0;
   }
 
   /**

@@ -284,6 +284,8 @@ export class EngineHandle {
       }),
     ]);
     clearTimeout(timer);
+    // Every call of this rank is over: peers still waiting on it in the segment fail now.
+    this.segment?.segment.markClosed();
     this.segment?.close();
     // Pool tensors may outlive the group: their memory becomes ordinary zeroed memory, not a hole.
     this.segment?.segment.close({ keepAddresses: this.pool !== undefined });

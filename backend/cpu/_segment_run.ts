@@ -106,14 +106,27 @@ export class SegmentRun {
   }
 
   /**
-   * A failure among the members: one that marked itself aborted (or this rank, failed by its other
-   * thread), or, when `liveness` is asked for, one whose process is gone.
+   * A failure among the members: one this call waits for that closed its group, one that marked itself
+   * aborted (or this rank, failed by its other thread), or, when `liveness` is asked for, one whose
+   * process is gone.
    *
    * @param liveness Also check that the members' processes exist.
    * @returns The error to fail with, or `undefined`.
    */
   peerFailure(liveness: boolean): Error | undefined {
     const seg = this.#exec.segment;
+    // A member that closed its group has published all it ever will: read the marks before the counters
+    // (waitingOn), so a member that published and then closed is not taken for one that never came.
+    const closed = this.#members.filter((r) => r !== seg.rank && seg.hasClosed(r));
+    if (closed.length > 0) {
+      const gone = this.waitingOn().find((r) => closed.includes(r));
+      if (gone !== undefined) {
+        return new TransportError(
+          `Rank ${gone} closed its process group while rank ${seg.rank} waits for it in ${this.#named.description}`,
+          { peer: gone },
+        );
+      }
+    }
     for (const r of this.#members) {
       const reason = seg.abortReason(r);
       if (reason !== undefined) {

@@ -216,6 +216,22 @@ for (const transport of ["tcp", "shm"]) {
   });
 }
 
+for (const call of ["small", "big", "gather", "barrier"]) {
+  Deno.test(`a rank that closed its group fails the others' next call through the host segment at once (${call})`, async () => {
+    const ranks = await start(3, ["closed", call], { DCOMM_TRANSPORT: "shm" });
+    await Promise.all(ranks.map((r) => r.done));
+    for (const r of [0, 2]) {
+      const f = failure(ranks[r]);
+      assert.ok(f, ranks[r].lines.join(" | "));
+      assert.match(
+        f.message,
+        new RegExp(`^Rank 1 closed its process group while rank ${r} waits for it in `),
+      );
+      assert.ok(f.ms < 5000, `rank ${r} failed after ${f.ms} ms`);
+    }
+  });
+}
+
 for (const transport of ["tcp", "shm"]) {
   Deno.test(`a receive from ANY_SOURCE that no rank sends to times out, naming every rank it waited for (${transport})`, async () => {
     const ranks = await start(3, ["skip", "anySource"], {

@@ -7,6 +7,8 @@
  * - `mismatch`: rank 1 makes a different call than the others (second argument: count | op | dtype |
  *   collective | algorithm | root | reduceRoot; rootEach: every rank names another root), with algorithm `FAULT_ALGORITHM` (default "ring"; "auto" runs
  *   through the host segment over shared memory).
+ * - `closed`: rank 1 closes its group (and lives on) before a call of the others' (its second argument:
+ *   small | big | gather | barrier).
  * - `skip`: rank 1 skips the collective the others make (they time out); with `anySource`, rank 0
  *   waits for a message from any rank that none sends.
  * Every rank prints `FAILED <name> <ms> <message>` when its call fails, or `DONE`.
@@ -109,6 +111,16 @@ try {
         algorithm: odd && variant === "algorithm" ? (algorithm === "tree" ? "ring" : "tree") : algorithm,
       });
     }
+    console.log("DONE");
+  } else if (mode === "closed") {
+    // Rank 1 closes its group and stays alive; the others make one call it never joins.
+    if (pg.rank === 1) {
+      await pg.close();
+      await new Promise((r) => setTimeout(r, 8000));
+    } else if (variant === "gather") {
+      await pg.gather(pg.rank === 0 ? new Float32Array(3 << 18) : null, new Float32Array(1 << 18));
+    } else if (variant === "barrier") await pg.barrier();
+    else await pg.allReduce(new Float32Array(variant === "small" ? 256 : 1 << 20));
     console.log("DONE");
   } else if (mode === "skip" && variant === "anySource") {
     if (pg.rank === 0) await pg.recv(new Float32Array(1024), ANY_SOURCE);
