@@ -77,6 +77,8 @@ export interface CollectiveDescriptor {
   readonly rooted: boolean;
   /** Whether its output is its input buffer. */
   readonly inPlace: boolean;
+  /** The fewest ranks it runs on (a sweep on fewer has no sizes). @default 1 */
+  readonly minRanks?: number;
   /** nccl-tests' bus factor for `ranks` ranks: busbw = algbw × this. */
   busFactor(ranks: number): number;
   /** nccl-tests' count for `elements` requested (rounded, e.g. to equal blocks), at least 1 block. */
@@ -238,7 +240,236 @@ const scatter: CollectiveDescriptor = {
   run: (pg, input, output, o) => pg.scatter(output, pg.rank === rootOf(o) ? input : null, o),
 };
 
-/** Every collective of the benchmarks, in nccl-tests' order of its binaries. */
+/**
+ * The smallest count of a v-form on `ranks` ranks: 1 + 2 + … + ranks, the one at which every block of
+ * {@linkcode unevenStarts} holds at least one element.
+ */
+function unevenMinimum(ranks: number): number {
+  return (ranks * (ranks + 1)) / 2;
+}
+
+/**
+ * nccl-tests' count of a v-form: any whole count (no equal blocks to round to), at least one element per
+ * block ({@linkcode unevenMinimum}).
+ */
+export function unevenCount(elements: number, ranks: number): number {
+  return Math.max(1, elements, unevenMinimum(ranks));
+}
+
+/**
+ * The uneven blocks of the v-forms (`allGatherv`, `allToAllv`): `count` elements in `ranks` blocks, block
+ * `r` in proportion to `r + 1`, as the offsets `starts` (length `ranks + 1`): block `r` is
+ * `starts[r]..starts[r + 1]`, `starts[r] = ⌊count · (1 + 2 + … + r) / (1 + 2 + … + ranks)⌋`. The blocks sum
+ * to `count` exactly, every rank's differs from the others' (1 : 2 : … : ranks, to within an element), and
+ * none is empty from {@linkcode unevenCount}'s minimum on (zeros are allowed by the API, but a benchmark of
+ * empty blocks measures nothing; the backend matrix tests them). `bench/native/mpi_collectives.c` computes
+ * the same offsets (`uneven_start`).
+ *
+ * @param count The elements of all blocks.
+ * @param ranks The blocks.
+ * @returns The `ranks + 1` offsets.
+ *
+ * @example 10 elements in 4 blocks of 1, 2, 3 and 4
+ * ```ts
+ * import { unevenStarts } from "./_descriptors.ts";
+ * import assert from "node:assert/strict";
+ * assert.deepEqual(unevenStarts(10, 4), [0, 1, 3, 6, 10]);
+ * assert.deepEqual(unevenStarts(100, 3), [0, 16, 50, 100]); // blocks of 16, 34 and 50
+ * ```
+ */
+export function unevenStarts(count: number, ranks: number): number[] {
+  const whole = unevenMinimum(ranks);
+  return Array.from({ length: ranks + 1 }, (_, r) => Math.floor((count * ((r * (r + 1)) / 2)) / whole));
+}
+
+/**
+ * The blocks of {@linkcode unevenStarts}, in elements.
+ *
+ * @param count The elements of all blocks.
+ * @param ranks The blocks.
+ * @returns Block `r`'s elements, for each `r`.
+ */
+export function unevenBlocks(count: number, ranks: number): number[] {
+  const starts = unevenStarts(count, ranks);
+  return starts.slice(1).map((s, r) => s - starts[r]);
+}
+
+/**
+ * `allToAllv`'s traffic matrix: rank `i` sends rank `j` block `(j − i) mod ranks` of
+ * {@linkcode unevenBlocks}, so that every row (a rank's input) and every column (a rank's output) holds each
+ * block once and sums to `count`, nccl-tests' count of an all-to-all (elements per rank), while each rank's
+ * `sendCounts` is a rotation of the others' and, from 3 ranks on, differs from its `recvCounts` (a call
+ * that mixed them up would fail).
+ *
+ * @param count Elements per rank, in and out.
+ * @param ranks The world size.
+ * @returns `matrix[i][j]`: elements rank `i` sends rank `j`.
+ *
+ * @example 3 ranks, 6 elements each (blocks of 1, 2, 3)
+ * ```ts
+ * import { unevenMatrix } from "./_descriptors.ts";
+ * import assert from "node:assert/strict";
+ * assert.deepEqual(unevenMatrix(6, 3), [[1, 2, 3], [3, 1, 2], [2, 3, 1]]);
+ * ```
+ */
+export function unevenMatrix(count: number, ranks: number): number[][] {
+  const blocks = unevenBlocks(count, ranks);
+  return Array.from({ length: ranks }, (_, i) => blocks.map((_, j) => blocks[(j - i + ranks) % ranks]));
+}
+
+/** Offsets of consecutive blocks: `[0, b0, b0 + b1, …]`. */
+function offsets(blocks: readonly number[]): number[] {
+  const out = [0];
+  for (const b of blocks) out.push(out[out.length - 1] + b);
+  return out;
+}
+
+/** The block of `starts` that holds element `i` (the last whose start is at most `i`). */
+function blockOf(starts: readonly number[], i: number): number {
+  let r = 0;
+  while (r + 2 < starts.length && starts[r + 1] <= i) r++;
+  return r;
+}
+
+/** The layout of a v-form at one size, computed once per context rather than once per element. */
+interface UnevenLayout {
+  /** {@linkcode unevenStarts}. */
+  readonly starts: readonly number[];
+  /** {@linkcode unevenMatrix}. */
+  readonly matrix: readonly (readonly number[])[];
+  /** For `allToAllv`: offsets of this rank's output blocks, one per sender. */
+  readonly recvStarts: readonly number[];
+  /** For `allToAllv`: `sendStarts[i]`, offsets of rank i's input blocks, one per receiver. */
+  readonly sendStarts: readonly (readonly number[])[];
+}
+
+const LAYOUTS = new WeakMap<BenchContext, UnevenLayout>();
+
+function layoutOf(c: BenchContext): UnevenLayout {
+  let layout = LAYOUTS.get(c);
+  if (!layout) {
+    const matrix = unevenMatrix(c.count, c.ranks);
+    layout = {
+      starts: unevenStarts(c.count, c.ranks),
+      matrix,
+      recvStarts: offsets(matrix.map((row) => row[c.rank])),
+      sendStarts: matrix.map(offsets),
+    };
+    LAYOUTS.set(c, layout);
+  }
+  return layout;
+}
+
+/**
+ * A call's options for one rank, size and group, made once and kept while the next call is the same: the
+ * timed loop calls `run` with the same tensors and arguments, and should time the call, not the options.
+ */
+function lastOptions<T>(
+  make: (count: number, pg: ProcessGroup, o: CallArgs) => T,
+): (count: number, pg: ProcessGroup, o: CallArgs) => T {
+  let last: { count: number; pg: ProcessGroup; o: CallArgs; value: T } | undefined;
+  return (count: number, pg: ProcessGroup, o: CallArgs): T => {
+    if (last?.count !== count || last.pg !== pg || last.o !== o) {
+      last = { count, pg, o, value: make(count, pg, o) };
+    }
+    return last.value;
+  };
+}
+
+const allGathervOptions = lastOptions((count, pg, o) => ({ ...o, counts: unevenBlocks(count, pg.size) }));
+
+// The uneven all-gather (MPI_Allgatherv, torch's all_gather with tensors of different sizes): rank r's
+// input is block r of unevenStarts; every rank's output holds every block in rank order. nccl-tests'
+// count is the gathered buffer's, as allGather's, and so is the bus factor.
+const allGatherv: CollectiveDescriptor = {
+  name: "allGatherv",
+  reduces: false,
+  rooted: false,
+  inPlace: false,
+  busFactor: (n) => (n - 1) / n,
+  count: unevenCount,
+  lengths: (c) => {
+    const { starts } = layoutOf(c);
+    return { input: starts[c.rank + 1] - starts[c.rank], output: c.count };
+  },
+  input: (j, c) => c.value(c.rank, j),
+  expected: (i, c) => {
+    const { starts } = layoutOf(c);
+    const r = blockOf(starts, i);
+    return c.value(r, i - starts[r]);
+  },
+  stable: () => true,
+  run: (pg, input, output, o) => pg.allGather(output, input, allGathervOptions(output.length, pg, o)),
+};
+
+const allToAllvOptions = lastOptions((count, pg, o) => {
+  const matrix = unevenMatrix(count, pg.size);
+  return { ...o, sendCounts: matrix[pg.rank], recvCounts: matrix.map((row) => row[pg.rank]) };
+});
+
+// The uneven all-to-all (MPI_Alltoallv, torch's all_to_all_single with split sizes): rank i sends rank j
+// unevenMatrix's [i][j] elements, its input's blocks in rank order, and receives [j][i] from rank j, its
+// output's blocks in rank order. Every rank's input and output hold `count` elements, nccl-tests' count of
+// an all-to-all; the bus factor is allToAll's.
+const allToAllv: CollectiveDescriptor = {
+  name: "allToAllv",
+  reduces: false,
+  rooted: false,
+  inPlace: false,
+  busFactor: (n) => (n - 1) / n,
+  count: unevenCount,
+  lengths: (c) => ({ input: c.count, output: c.count }),
+  input: (j, c) => c.value(c.rank, j),
+  // Element k of this rank's output comes from the sender i whose block holds it, at this rank's offset in
+  // the sender's input.
+  expected: (k, c) => {
+    const { recvStarts, sendStarts } = layoutOf(c);
+    const i = blockOf(recvStarts, k);
+    return c.value(i, sendStarts[i][c.rank] + k - recvStarts[i]);
+  },
+  stable: () => true,
+  run: (pg, input, output, o) => pg.allToAll(output, input, allToAllvOptions(input.length, pg, o)),
+};
+
+const sendRecvPeers = lastOptions((_count, pg, o) => {
+  const next = (pg.rank + 1) % pg.size, prev = (pg.rank + pg.size - 1) % pg.size;
+  return { next, prev, options: o.dtype === undefined ? {} : { dtype: o.dtype } };
+});
+
+// nccl-tests' sendrecv_perf: every rank sends its buffer to rank + 1 and receives rank − 1's, both at once
+// (the ring's every link busy in both directions); count is the elements each rank sends, and busbw is
+// algbw (factor 1). A world of one has no peer (dcomm refuses a send to oneself, where nccl-tests copies
+// to itself): the sweep has no sizes there (`minRanks`). The nccl backend takes the pair as one NCCL
+// group (`batchIsendIrecv`), as nccl-tests issues it: two separate NCCL calls on one stream around a ring
+// would each wait for the other rank's second.
+const sendRecv: CollectiveDescriptor = {
+  name: "sendRecv",
+  reduces: false,
+  rooted: false,
+  inPlace: false,
+  minRanks: 2,
+  busFactor: () => 1,
+  count: (elements) => Math.max(1, elements),
+  lengths: (c) => ({ input: c.count, output: c.count }),
+  input: (j, c) => c.value(c.rank, j),
+  expected: (i, c) => c.value((c.rank + c.ranks - 1) % c.ranks, i),
+  stable: () => true,
+  run: (pg, input, output, o) => {
+    const { next, prev, options } = sendRecvPeers(input.length, pg, o);
+    if (pg.backend === "nccl") {
+      return Promise.all(pg.batchIsendIrecv([
+        { op: "send", tensor: input, peer: next },
+        { op: "recv", tensor: output, peer: prev },
+      ], options));
+    }
+    return Promise.all([pg.send(input, next, options), pg.recv(output, prev, options)]);
+  },
+};
+
+/**
+ * Every collective of the benchmarks: nccl-tests' (all-reduce to scatter, then sendrecv's ring exchange),
+ * and between them the uneven forms of all-gather and all-to-all, which nccl-tests does not have.
+ */
 export const COLLECTIVES: readonly CollectiveDescriptor[] = [
   allReduce,
   broadcast,
@@ -248,6 +479,9 @@ export const COLLECTIVES: readonly CollectiveDescriptor[] = [
   allToAll,
   gather,
   scatter,
+  allGatherv,
+  allToAllv,
+  sendRecv,
 ];
 
 /**
@@ -265,6 +499,34 @@ export function collective(name: string): CollectiveDescriptor {
     );
   }
   return found;
+}
+
+/** A name without case, `_` or `-`, and without nccl-tests' `_perf` suffix. */
+function looseName(name: string): string {
+  return name.toLowerCase().replace(/_perf$/, "").replace(/[-_]/g, "");
+}
+
+/**
+ * The descriptor of a collective by a name as a command line gives it: the descriptor's (`allGatherv`), in
+ * any case (`allgatherv`, nccl-tests' `alltoall`, `sendrecv`), with or without `_`/`-` and a `_perf`
+ * suffix (nccl-tests' binaries: `all_gather_perf`, `sendrecv_perf`). The flags of `bench:collectives` and
+ * `bench/mpi.ts` take it; {@linkcode collective} takes the exact name.
+ *
+ * @param name The name.
+ * @returns Its descriptor.
+ * @throws {RangeError} If no descriptor has that name.
+ *
+ * @example nccl-tests' names
+ * ```ts
+ * import { findCollective } from "./_descriptors.ts";
+ * import assert from "node:assert/strict";
+ * assert.equal(findCollective("sendrecv").name, "sendRecv");
+ * assert.equal(findCollective("all_gather_perf").name, "allGather");
+ * assert.equal(findCollective("alltoallv").name, "allToAllv");
+ * ```
+ */
+export function findCollective(name: string): CollectiveDescriptor {
+  return COLLECTIVES.find((c) => looseName(c.name) === looseName(name)) ?? collective(name);
 }
 
 /** The largest integer n such that 0..n are all exact in the dtype (wrapping integers: their maximum). */

@@ -175,7 +175,8 @@ export function sweepSizes(min: number, max: number, factor: number): number[] {
  * @param pg The group.
  * @param descriptor The collective.
  * @param options Sizes, iterations, dtype, op, root, device, peers.
- * @returns Per size, the group's row then each peer's (the same on every rank).
+ * @returns Per size, the group's row then each peer's (the same on every rank); none on a group smaller than
+ *   the descriptor's `minRanks`.
  * @throws {DistError} If a call fails.
  */
 export async function runSweep(
@@ -185,6 +186,8 @@ export async function runSweep(
 ): Promise<BenchRow[][]> {
   const { iters = 20, warmup = 5, check = true, rounds = 1, dtype = "float32", op = "sum", root = 0 } =
     options;
+  // A collective that needs more ranks than the group has (sendRecv on one) has no sizes here.
+  if (pg.size < (descriptor.minRanks ?? 1)) return [];
   const device = options.device ?? hostDevice(pg);
   const peers = options.peers ?? [];
   const args: CallArgs = {

@@ -16,14 +16,22 @@
  * deno task bench:collectives --backend mpi --ranks 2 --collective allToAll   # under mpiexec
  * deno task bench:collectives --ranks 2 -b 8 -e 256M -f 4 -d float --peer mpi,gloo
  * deno task bench:collectives --ranks 4 -b 1K -e 16M -d float --peer mpi --collective gather -r 1
+ * deno task bench:collectives --ranks 2 -b 64K -e 64M -d float --peer mpi --collective allgatherv
+ * deno task bench:collectives --ranks 4 -b 64K -e 64M -d float --peer mpi -c sendrecv
  * ```
+ *
+ * `--collective` takes a descriptor's name (`_descriptors.ts`) in any case, or nccl-tests' (`sendrecv`,
+ * `alltoall`, `all_gather`, ...); `allGatherv` and `allToAllv` are the uneven forms (`{ counts }`,
+ * `{ sendCounts, recvCounts }`; blocks in proportion to rank + 1, `unevenStarts`), `sendRecv` nccl-tests'
+ * ring exchange. `-c` is nccl-tests' check; a collective's name there is taken as `--collective`.
  *
  * `--backend mpi` runs the mpi backend under `mpiexec -n <--ranks>`: for all-reduce of float32 sums (and,
  * with `--peer mpi`, any collective of float32, sum where an op applies) through `bench/mpi.ts`, beside
  * MPICH's own call from C; any other collective, op or dtype through the same rank script as the cpu
  * backend. `--peer mpi` measures the cpu backend against MPICH in one invocation (`bench/mpi.ts --backend
  * cpu`: the ranks under mpiexec, the C program's loop of the same collective (`MPI_Allreduce`, `MPI_Bcast`,
- * `MPI_Reduce`, `MPI_Allgather`, `MPI_Reduce_scatter_block`, `MPI_Alltoall`, `MPI_Gather`, `MPI_Scatter`)
+ * `MPI_Reduce`, `MPI_Allgather`, `MPI_Reduce_scatter_block`, `MPI_Alltoall`, `MPI_Gather`, `MPI_Scatter`,
+ * `MPI_Allgatherv`, `MPI_Alltoallv`, `MPI_Sendrecv`)
  * in the same processes round by round, and the C program alone), for every collective of float32, sum
  * where an op applies, `-r` its root; all-reduce's rows go to `bench/results/collectives-cpu-mpich.json`,
  * another collective's to `collectives-cpu-mpich-<collective>.json`. `--peer gloo` runs PyTorch's Gloo
@@ -38,7 +46,7 @@ import { parseArgs } from "node:util";
 import { launch } from "../cli/launch.ts";
 import { checkDType, checkOp } from "../core/dtype.ts";
 import type { BenchConfig } from "./_collectives_common.ts";
-import { collective, COLLECTIVES } from "./_descriptors.ts";
+import { COLLECTIVES, findCollective } from "./_descriptors.ts";
 import { mpichResultsFile } from "./mpi.ts";
 import {
   type BenchRow,
@@ -64,7 +72,7 @@ const { values } = parseArgs({
     datatype: { type: "string", short: "d", default: "float32" },
     root: { type: "string", short: "r", default: "0" },
     backend: { type: "string", default: "cpu" },
-    collective: { type: "string", default: "allReduce" },
+    collective: { type: "string" },
     algorithm: { type: "string", default: "auto" },
     transport: { type: "string", default: "auto" },
     ranks: { type: "string", default: "4" },
@@ -82,7 +90,8 @@ const { values } = parseArgs({
 if (values.help) {
   console.log(
     `Usage: deno task bench:collectives [-b 8] [-e 64M] [-f 4] [-n 20] [-w 5] [-c 1] [-o sum] [-d float32] [-r 0]
-  [--backend cpu|mpi] [--collective ${COLLECTIVES.map((c) => c.name).join("|")}]
+  [--backend cpu|mpi] [--collective ${COLLECTIVES.map((c) => c.name).join("|")}] (any case; nccl-tests'
+  names too: sendrecv, all_gather, alltoall; -c NAME is --collective NAME with the check on)
   [--algorithm auto] [--transport auto|tcp|shm] [--ranks 4] [--check-calls 1] [--out FILE]
   [--rounds 1] [--pool] [--deterministic] [--jit-warmup 3000] [--peer mpi,gloo] [--trials 2]
   --rounds: timed rounds per size, the fastest counts (5 against MPICH); --pool: dcomm's tensors from
@@ -102,7 +111,28 @@ function whole(flag: string, text: string, min: number): number {
   return n;
 }
 
-const descriptor = collective(values.collective);
+/**
+ * `-c` is nccl-tests' check (0 or 1, any whole number); a collective's name there (`-c gather`) is taken
+ * as `--collective`, with the check on.
+ */
+function checkAndCollective(check: string, named: string | undefined): { check: string; name: string } {
+  if (/^\d+$/.test(check)) return { check, name: findCollective(named ?? "allReduce").name };
+  let byCheck;
+  try {
+    byCheck = findCollective(check);
+  } catch {
+    throw new RangeError(
+      `Invalid -c: expected 0, 1 (nccl-tests' check) or a collective's name, found "${check}"`,
+    );
+  }
+  if (named !== undefined && findCollective(named) !== byCheck) {
+    throw new RangeError(`-c ${check} and --collective ${named} name different collectives`);
+  }
+  return { check: "1", name: byCheck.name };
+}
+
+const chosen = checkAndCollective(values.check, values.collective);
+const descriptor = findCollective(chosen.name);
 const backend = values.backend;
 if (backend !== "cpu" && backend !== "mpi") {
   console.error(
@@ -122,7 +152,7 @@ const config: BenchConfig = {
   factor: Number(values.stepfactor),
   iters: whole("-n", values.iters, 1),
   warmup: whole("-w", values.warmup_iters, 0),
-  check: values.check !== "0",
+  check: chosen.check !== "0",
   rounds: whole("--rounds", values.rounds ?? "1", 1),
   op: checkOp(values.op),
   dtype: checkDType(NCCL_TESTS_DTYPES[values.datatype] ?? values.datatype),
@@ -140,6 +170,11 @@ if (!(config.factor > 1)) {
   throw new RangeError(`Invalid -f: expected a factor > 1, found ${values.stepfactor}`);
 }
 const ranks = whole("--ranks", values.ranks, 1);
+if (ranks < (descriptor.minRanks ?? 1)) {
+  throw new RangeError(
+    `Invalid --ranks: ${descriptor.name} needs at least ${descriptor.minRanks} ranks, found ${ranks}`,
+  );
+}
 if (config.root >= ranks) {
   throw new RangeError(`Invalid -r: expected a root below --ranks ${ranks}, found ${config.root}`);
 }
@@ -176,7 +211,7 @@ async function runMpi(measured: "mpi" | "cpu", out?: string): Promise<number> {
     ...["--backend", measured, "--np", String(ranks)],
     ...["--collective", descriptor.name, "--root", String(config.root)],
     ...["-b", values.minbytes, "-e", values.maxbytes, "-f", values.stepfactor],
-    ...["-n", values.iters, "-w", values.warmup_iters, "-c", values.check],
+    ...["-n", values.iters, "-w", values.warmup_iters, "-c", chosen.check],
     ...["--rounds", values.rounds ?? "5", "--trials", values.trials, "--jit-warmup", values["jit-warmup"]],
     ...(values.pool ? ["--pool"] : []),
     ...(file === undefined ? [] : ["--out", file]),

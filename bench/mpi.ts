@@ -20,7 +20,9 @@
  *
  * The C calls: `MPI_Allreduce` (in place), `MPI_Bcast`, `MPI_Reduce` (in place on the root; on a root other
  * than 0 `MPI_Ireduce` and `MPI_Wait`, as MPICH 4.0.2's blocking call crashes there from 1024 elements on),
- * `MPI_Allgather`, `MPI_Reduce_scatter_block`, `MPI_Alltoall`, `MPI_Gather`, `MPI_Scatter`. Both sides
+ * `MPI_Allgather`, `MPI_Reduce_scatter_block`, `MPI_Alltoall`, `MPI_Gather`, `MPI_Scatter`, `MPI_Allgatherv`
+ * and `MPI_Alltoallv` (the descriptors' uneven blocks, `unevenStarts` and `unevenMatrix`, computed alike in C)
+ * and `MPI_Sendrecv` around the ring (to rank + 1, from rank − 1). Both sides
  * measure alike (nccl-tests' definitions): float32, sum where an op applies, the descriptor's count (equal
  * blocks for the block collectives); the input written once per size; `time` is the slowest rank's wall
  * time of `-n` back-to-back calls, divided by `-n`, after `-w` untimed calls (plus 200 more before the first
@@ -37,14 +39,18 @@
  * deno run -A bench/mpi.ts      # --np 2 -b 8 -e 32M -f 4 -n 20 -w 5 -r 5 -c 1 --trials 3
  * deno run -A bench/mpi.ts --np 4 -b 1K -e 64M -f 2
  * deno run -A bench/mpi.ts --backend cpu --np 4 --collective gather --root 1
+ * deno run -A bench/mpi.ts --backend cpu --np 4 --collective alltoallv -b 64K -e 64M
  * ```
+ *
+ * `--collective` takes a descriptor's name in any case, or nccl-tests' (`sendrecv`, `all_gather`; see
+ * `findCollective`).
  *
  * Exits non-zero if any element is wrong on either side.
  *
  * @module
  */
 import { parseArgs } from "node:util";
-import { collective, type CollectiveDescriptor } from "./_descriptors.ts";
+import { type CollectiveDescriptor, findCollective } from "./_descriptors.ts";
 import type { AnyTensor } from "../backend/process_group.ts";
 import { hostDevice, runSweep, sweepSizes } from "./_harness.ts";
 import { type BenchRow, type ExtraColumn, makeRow, parseBytes, tableHeader, tableRow } from "./_rows.ts";
@@ -87,11 +93,16 @@ export const MPICH_CALLS: Readonly<Record<string, { code: number; mpi: string; n
   allToAll: { code: 5, mpi: "MPI_Alltoall", nonBlocking: "MPI_Ialltoall" },
   gather: { code: 6, mpi: "MPI_Gather", nonBlocking: "MPI_Igather" },
   scatter: { code: 7, mpi: "MPI_Scatter", nonBlocking: "MPI_Iscatter" },
+  allGatherv: { code: 8, mpi: "MPI_Allgatherv", nonBlocking: "MPI_Iallgatherv" },
+  allToAllv: { code: 9, mpi: "MPI_Alltoallv", nonBlocking: "MPI_Ialltoallv" },
+  sendRecv: { code: 10, mpi: "MPI_Sendrecv", nonBlocking: "MPI_Isend and MPI_Irecv" },
 };
 
 /**
  * nccl-tests' count of a collective (elements of its whole buffer) from this rank's two tensors, as the C
- * loop takes it: the gathered buffer is the world's inputs, the scattered one the world's outputs.
+ * loop takes it: the gathered buffer is the world's inputs, the scattered one the world's outputs, the
+ * uneven all-gather's its output (its blocks are the C library's to compute, as the descriptor's); for the
+ * others (all-to-all and its v-form, send-receive) each rank's input.
  *
  * @param name The collective.
  * @param input This rank's input length.
@@ -102,6 +113,7 @@ export const MPICH_CALLS: Readonly<Record<string, { code: number; mpi: string; n
 export function wholeCount(name: string, input: number, output: number, ranks: number): number {
   if (name === "allGather" || name === "gather") return input * ranks;
   if (name === "scatter") return output * ranks;
+  if (name === "allGatherv") return output;
   return input;
 }
 
@@ -138,6 +150,9 @@ const TITLES: Readonly<Record<string, string>> = {
   allGather: "all-gather",
   reduceScatter: "reduce-scatter",
   allToAll: "all-to-all",
+  allGatherv: "all-gather of uneven blocks (allGatherv)",
+  allToAllv: "all-to-all of uneven blocks (allToAllv)",
+  sendRecv: "send-receive around the ring (sendRecv)",
 };
 
 /** The command line's options. */
@@ -191,8 +206,13 @@ function parseFlags(args: string[]): Flags {
       out: { type: "string" },
     },
   });
-  const descriptor = collective(values.collective);
+  const descriptor = findCollective(values.collective);
   const np = Number(values.np);
+  if (!values.rank && np < (descriptor.minRanks ?? 1)) {
+    throw new RangeError(
+      `Invalid --np: ${descriptor.name} needs at least ${descriptor.minRanks} ranks, found ${np}`,
+    );
+  }
   const root = Number(values.root);
   // The rank mode is not told --np: its group checks the root against the world it finds.
   if (!Number.isInteger(root) || root < 0 || (!values.rank && root >= np)) {

@@ -1,15 +1,19 @@
 /* The native baseline of `bench/mpi.ts`: MPICH's collectives from C, float32 (sum where an op applies), over
  * the same sizes, iteration counts and timing rules as the dcomm rows (nccl-tests' definitions):
- *   count = nccl-tests' count: elements of the whole buffer (the gathered or scattered one), a multiple of
- *           the world size for the block collectives (allGather, reduceScatter, allToAll, gather, scatter)
+ *   count = nccl-tests' count: elements of the whole buffer (the gathered or scattered one; for allToAll(v)
+ *           and sendRecv each rank's), a multiple of the world size for the block collectives (allGather,
+ *           reduceScatter, allToAll, gather, scatter), at least 1 + 2 + ... + size for the v-forms
+ *           (allGatherv, allToAllv), whose blocks are uneven (uneven_start below)
  *   time  = the slowest rank's wall time of `iters` back-to-back calls after `warmup` untimed ones, / iters;
  *           measured `-r` times per size, keeping the fastest (the machine may be shared)
- *   algbw = bytes / time;  busbw = algbw * nccl-tests' bus factor (2(n-1)/n for allReduce, 1 for broadcast
- *           and reduce, (n-1)/n for the others)
+ *   algbw = bytes / time;  busbw = algbw * nccl-tests' bus factor (2(n-1)/n for allReduce, 1 for broadcast,
+ *           reduce and sendRecv, (n-1)/n for the others, the v-forms as their even forms)
  *   #wrong = elements that differ from the exact result after one checked call on fresh data
  * The calls: MPI_Allreduce (in place), MPI_Bcast, MPI_Reduce (in place on the root; MPI_Ireduce and
  * MPI_Wait on a root other than 0, see below), MPI_Allgather, MPI_Reduce_scatter_block, MPI_Alltoall,
- * MPI_Gather, MPI_Scatter (the root-only buffer NULL elsewhere).
+ * MPI_Gather, MPI_Scatter (the root-only buffer NULL elsewhere), MPI_Allgatherv, MPI_Alltoallv (the counts of
+ * bench/_descriptors.ts's unevenStarts and unevenMatrix) and MPI_Sendrecv around the ring (to rank + 1, from
+ * rank - 1, as nccl-tests' sendrecv_perf).
  * Rank 0 prints one JSON line per size: {"bytes","count","timeUs","algbwGBs","busbwGBs","wrong"}.
  *
  *   mpicc -O2 bench/native/mpi_collectives.c -o bench/native/build/mpi_collectives
@@ -24,11 +28,29 @@
 #include <string.h>
 
 /* The collectives, in the order of bench/_descriptors.ts's COLLECTIVES (bench/mpi.ts passes these codes). */
-enum { ALL_REDUCE, BROADCAST, REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, GATHER, SCATTER, COLLECTIVES };
+enum {
+  ALL_REDUCE, BROADCAST, REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, GATHER, SCATTER,
+  ALL_GATHER_V, ALL_TO_ALL_V, SEND_RECV, COLLECTIVES
+};
 #ifndef DCOMM_BENCH_LIBRARY
-static const char *const NAMES[COLLECTIVES] = {"allReduce",     "broadcast", "reduce", "allGather",
-                                               "reduceScatter", "allToAll",  "gather", "scatter"};
+static const char *const NAMES[COLLECTIVES] = {
+    "allReduce", "broadcast", "reduce",     "allGather", "reduceScatter", "allToAll",
+    "gather",    "scatter",   "allGatherv", "allToAllv", "sendRecv"};
 #endif
+
+/* The v-forms' uneven blocks, as bench/_descriptors.ts's unevenStarts: block r of `count` elements over
+ * `size` ranks starts at floor(count (1 + 2 + ... + r) / (1 + 2 + ... + size)), so block r holds about
+ * count (r + 1) / (1 + ... + size) elements. allToAllv's rank i sends rank j block (j - i) mod size. */
+static long uneven_start(long count, int size, int r) {
+  return (long)((long long)count * ((long long)r * (r + 1) / 2) / ((long long)size * (size + 1) / 2));
+}
+static long uneven_block(long count, int size, int r) {
+  return uneven_start(count, size, r + 1) - uneven_start(count, size, r);
+}
+/* Elements rank i sends rank j in allToAllv. */
+static long uneven_cell(long count, int size, int i, int j) {
+  return uneven_block(count, size, ((j - i) % size + size) % size);
+}
 
 /* `iters` back-to-back in-place float32 sums of `count` elements; returns the seconds they took on this rank.
  * Built into a shared library too (-shared -fPIC -DDCOMM_BENCH_LIBRARY, no main): bench/mpi.ts and
@@ -53,6 +75,21 @@ double dcomm_collective_loop(int collective, float *input, float *output, int co
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   const int block = count / size, mine = rank == root;
+  /* The v-forms' counts and displacements (C ints, as MPI takes them), made before the clock starts. */
+  int *counts = NULL, *displs = NULL, *rcounts = NULL, *rdispls = NULL;
+  if (collective == ALL_GATHER_V || collective == ALL_TO_ALL_V) {
+    counts = malloc(4 * sizeof(int) * (size_t)size);
+    if (!counts) return -1;
+    displs = counts + size, rcounts = counts + 2 * size, rdispls = counts + 3 * size;
+    const int v = collective == ALL_GATHER_V;
+    for (int r = 0, at = 0, rat = 0; r < size; r++) {
+      counts[r] = (int)(v ? uneven_block(count, size, r) : uneven_cell(count, size, rank, r));
+      rcounts[r] = (int)(v ? counts[r] : uneven_cell(count, size, r, rank));
+      displs[r] = at, rdispls[r] = rat;
+      at += counts[r], rat += rcounts[r];
+    }
+  }
+  const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
   double t0 = MPI_Wtime();
   switch (collective) {
   case BROADCAST:
@@ -93,10 +130,27 @@ double dcomm_collective_loop(int collective, float *input, float *output, int co
     for (long it = 0; it < iters; it++)
       MPI_Scatter(mine ? input : NULL, block, MPI_FLOAT, output, block, MPI_FLOAT, root, MPI_COMM_WORLD);
     break;
+  case ALL_GATHER_V:
+    for (long it = 0; it < iters; it++)
+      MPI_Allgatherv(input, counts[rank], MPI_FLOAT, output, counts, displs, MPI_FLOAT, MPI_COMM_WORLD);
+    break;
+  case ALL_TO_ALL_V:
+    for (long it = 0; it < iters; it++)
+      MPI_Alltoallv(input, counts, displs, MPI_FLOAT, output, rcounts, rdispls, MPI_FLOAT, MPI_COMM_WORLD);
+    break;
+  case SEND_RECV:
+    /* `count` elements to rank + 1 and from rank - 1 at once, every rank (nccl-tests' sendrecv_perf). */
+    for (long it = 0; it < iters; it++)
+      MPI_Sendrecv(input, count, MPI_FLOAT, next, 0, output, count, MPI_FLOAT, prev, 0, MPI_COMM_WORLD,
+                   MPI_STATUS_IGNORE);
+    break;
   default:
+    free(counts);
     return -1;
   }
-  return MPI_Wtime() - t0;
+  double seconds = MPI_Wtime() - t0;
+  free(counts);
+  return seconds;
 }
 
 /* For ranks that are not MPI programs themselves (the cpu backend's, started by mpiexec for this
@@ -128,9 +182,10 @@ static float sum_at(int size, long j) {
 }
 
 /* This rank's input length and result length (of `input` when in place, else of `output`), in elements. */
-static long input_length(int c, long count, int size, int mine) {
+static long input_length(int c, long count, int size, int mine, int rank) {
   if (c == ALL_GATHER || c == GATHER) return count / size;
   if (c == SCATTER) return mine ? count : 0;
+  if (c == ALL_GATHER_V) return uneven_block(count, size, rank);
   return count;
 }
 static long result_length(int c, long count, int size, int mine) {
@@ -143,6 +198,24 @@ static long result_length(int c, long count, int size, int mine) {
 static float expected(int c, long i, long count, int root, int rank, int size) {
   long block = count / size;
   switch (c) {
+  case ALL_GATHER_V: {
+    int r = 0;
+    while (r + 1 < size && uneven_start(count, size, r + 1) <= i) r++;
+    return value(r, i - uneven_start(count, size, r));
+  }
+  case ALL_TO_ALL_V: {
+    /* The sender i whose block of this rank's output holds element k, at this rank's offset in its input. */
+    long at = 0, k = i;
+    int from = 0;
+    while (from + 1 < size && at + uneven_cell(count, size, from, rank) <= k) {
+      at += uneven_cell(count, size, from, rank);
+      from++;
+    }
+    long offset = 0;
+    for (int j = 0; j < rank; j++) offset += uneven_cell(count, size, from, j);
+    return value(from, offset + k - at);
+  }
+  case SEND_RECV: return value((rank + size - 1) % size, i);
   case ALL_REDUCE: return sum_at(size, i);
   case BROADCAST: return value(root, i);
   case REDUCE: return rank == root ? sum_at(size, i) : value(rank, i);
@@ -156,7 +229,7 @@ static float expected(int c, long i, long count, int root, int rank, int size) {
 
 static double bus_factor(int c, int size) {
   if (c == ALL_REDUCE) return 2.0 * (size - 1) / size;
-  if (c == BROADCAST || c == REDUCE) return 1.0;
+  if (c == BROADCAST || c == REDUCE || c == SEND_RECV) return 1.0;
   return (double)(size - 1) / size;
 }
 
@@ -185,7 +258,8 @@ int main(int argc, char **argv) {
       for (c = 0; c < COLLECTIVES && strcmp(NAMES[c], argv[i + 1]); c++) {}
       if (c == COLLECTIVES) {
         fprintf(stderr, "Unknown --collective: expected allReduce, broadcast, reduce, allGather, "
-                        "reduceScatter, allToAll, gather or scatter, found \"%s\"\n", argv[i + 1]);
+                        "reduceScatter, allToAll, gather, scatter, allGatherv, allToAllv or sendRecv, "
+                        "found \"%s\"\n", argv[i + 1]);
         return 2;
       }
     }
@@ -201,6 +275,7 @@ int main(int argc, char **argv) {
   }
   if (factor < 2) factor = 2;
   const int blocks = c == ALL_GATHER || c == REDUCE_SCATTER || c == ALL_TO_ALL || c == GATHER || c == SCATTER;
+  const int uneven = c == ALL_GATHER_V || c == ALL_TO_ALL_V;
   const int mine = rank == root, in_place = c == ALL_REDUCE || c == BROADCAST || c == REDUCE;
   long previous = 0;
   for (long bytes = min_bytes; bytes <= max_bytes; bytes *= factor) {
@@ -208,8 +283,9 @@ int main(int argc, char **argv) {
     long count = bytes / (long)sizeof(float);
     if (count < 1) count = 1;
     if (blocks) count = (count / size < 1 ? 1 : count / size) * size;
+    if (uneven && count < (long)size * (size + 1) / 2) count = (long)size * (size + 1) / 2;
     if (count == previous) continue;
-    long in_len = input_length(c, count, size, mine), out_len = result_length(c, count, size, mine);
+    long in_len = input_length(c, count, size, mine, rank), out_len = result_length(c, count, size, mine);
     float *in = malloc((size_t)(in_len ? in_len : 1) * sizeof(float));
     float *out = in_place ? in : malloc((size_t)(out_len ? out_len : 1) * sizeof(float));
     float *result = in_place ? in : out;

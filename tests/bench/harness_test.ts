@@ -17,7 +17,12 @@ import {
   COLLECTIVES,
   countWrong,
   fillArray,
+  findCollective,
   tolerance,
+  unevenBlocks,
+  unevenCount,
+  unevenMatrix,
+  unevenStarts,
 } from "../../bench/_descriptors.ts";
 import { sweepSizes } from "../../bench/_harness.ts";
 import {
@@ -51,6 +56,10 @@ Deno.test("COLLECTIVES have nccl-tests' bus factors", () => {
     allToAll: [0, 0.5, 0.75, 0.875],
     gather: [0, 0.5, 0.75, 0.875],
     scatter: [0, 0.5, 0.75, 0.875],
+    // The v-forms as their even forms; sendrecv_perf's 1.
+    allGatherv: [0, 0.5, 0.75, 0.875],
+    allToAllv: [0, 0.5, 0.75, 0.875],
+    sendRecv: [1, 1, 1, 1],
   });
 });
 
@@ -64,7 +73,13 @@ Deno.test("COLLECTIVES count whole buffers: equal blocks for the block collectiv
     ["allToAll", 8, 4],
     ["gather", 8, 4],
     ["scatter", 8, 4],
+    // Any count, but at least 1 + 2 + 3 + 4 (one element in the smallest block).
+    ["allGatherv", 10, 10],
+    ["allToAllv", 10, 10],
+    ["sendRecv", 10, 2],
   ]);
+  assert.equal(unevenCount(1001, 4), 1001);
+  assert.equal(unevenCount(0, 1), 1);
   assert.equal(blockCount(0, 3), 3);
   const lengths = (name: string, rank = 1, root = 0): { input: number; output: number } =>
     collective(name).lengths(benchContext(collective(name), { rank, ranks: 4, count: 8, root }));
@@ -76,6 +91,52 @@ Deno.test("COLLECTIVES count whole buffers: equal blocks for the block collectiv
   assert.deepEqual(lengths("gather", 2, 1), { input: 2, output: 0 });
   assert.deepEqual(lengths("scatter", 1, 1), { input: 8, output: 2 });
   assert.deepEqual(lengths("scatter", 2, 1), { input: 0, output: 2 });
+  // The v-forms at count 20 on 4 ranks: blocks of 2, 4, 6 and 8.
+  const uneven = (name: string, rank: number): { input: number; output: number } =>
+    collective(name).lengths(benchContext(collective(name), { rank, ranks: 4, count: 20 }));
+  assert.deepEqual([0, 1, 2, 3].map((r) => uneven("allGatherv", r).input), [2, 4, 6, 8]);
+  assert.deepEqual([0, 1, 2, 3].map((r) => uneven("allGatherv", r).output), [20, 20, 20, 20]);
+  assert.deepEqual(uneven("allToAllv", 2), { input: 20, output: 20 });
+  assert.deepEqual(uneven("sendRecv", 3), { input: 20, output: 20 });
+});
+
+Deno.test("unevenStarts() splits a count in proportion to rank + 1, exactly, every block differing", () => {
+  assert.deepEqual(unevenStarts(10, 4), [0, 1, 3, 6, 10]);
+  assert.deepEqual(unevenBlocks(100, 3), [16, 34, 50]);
+  assert.deepEqual(unevenBlocks(7, 1), [7]);
+  assert.deepEqual(unevenBlocks(65536, 2), [21845, 43691]);
+  for (const ranks of [1, 2, 3, 4, 5, 8]) {
+    for (const elements of [1, 7, 36, 1000, 262144, 16777216]) {
+      const count = unevenCount(elements, ranks);
+      const blocks = unevenBlocks(count, ranks);
+      assert.equal(blocks.reduce((a, b) => a + b, 0), count, `${count} on ${ranks}`);
+      assert.ok(blocks.every((b) => Number.isInteger(b) && b >= 1), `no empty block: ${blocks}`);
+      // Growing with the rank, and within one element of count (r + 1) / (1 + ... + ranks).
+      const whole = (ranks * (ranks + 1)) / 2;
+      for (const [r, b] of blocks.entries()) {
+        assert.ok(Math.abs(b - (count * (r + 1)) / whole) < 1, `block ${r} of ${count} on ${ranks}: ${b}`);
+        if (r > 0 && count >= 2 * whole) assert.ok(b > blocks[r - 1], `${blocks}`);
+      }
+    }
+  }
+});
+
+Deno.test("unevenMatrix() sends every rank count elements and receives as many, in rotated blocks", () => {
+  assert.deepEqual(unevenMatrix(6, 3), [[1, 2, 3], [3, 1, 2], [2, 3, 1]]);
+  assert.deepEqual(unevenMatrix(3, 2), [[1, 2], [2, 1]]);
+  for (const ranks of [1, 2, 3, 4, 7]) {
+    const count = unevenCount(12345, ranks);
+    const m = unevenMatrix(count, ranks);
+    const blocks = unevenBlocks(count, ranks).sort((a, b) => a - b);
+    for (let i = 0; i < ranks; i++) {
+      const row = m[i], column = m.map((r) => r[i]);
+      assert.deepEqual([...row].sort((a, b) => a - b), blocks, `rank ${i} sends each block once`);
+      assert.deepEqual([...column].sort((a, b) => a - b), blocks, `rank ${i} receives each block once`);
+      // From 3 ranks on a rank's sendCounts are not its recvCounts: a call that swapped them fails.
+      if (ranks >= 3) assert.notDeepEqual(row, column);
+      if (i > 0) assert.notDeepEqual(row, m[i - 1], "each rank's sendCounts differ");
+    }
+  }
 });
 
 Deno.test("gather and scatter descriptors: rooted, out of place, the root's data in rank order", () => {
@@ -161,7 +222,35 @@ Deno.test("collective() names every collective when the name is unknown", () => 
   assert.throws(() => collective("gatherv"), {
     name: "RangeError",
     message: "Unknown collective: expected one of allReduce, broadcast, reduce, allGather, reduceScatter, " +
-      'allToAll, gather, scatter, found "gatherv"',
+      'allToAll, gather, scatter, allGatherv, allToAllv, sendRecv, found "gatherv"',
+  });
+  // Exact: the command lines' loose names go through findCollective.
+  assert.throws(() => collective("allgatherv"), RangeError);
+});
+
+Deno.test("findCollective() takes the names in any case, and nccl-tests' names", () => {
+  const names = (list: string[]): string[] => list.map((n) => findCollective(n).name);
+  assert.deepEqual(names(["allgatherv", "ALLTOALLV", "sendrecv", "sendRecv", "sendrecv_perf"]), [
+    "allGatherv",
+    "allToAllv",
+    "sendRecv",
+    "sendRecv",
+    "sendRecv",
+  ]);
+  assert.deepEqual(
+    names(["all_reduce", "all_gather_perf", "alltoall", "reduce_scatter", "gather", "scatter"]),
+    [
+      "allReduce",
+      "allGather",
+      "allToAll",
+      "reduceScatter",
+      "gather",
+      "scatter",
+    ],
+  );
+  assert.throws(() => findCollective("gatherv"), {
+    name: "RangeError",
+    message: /Unknown collective: .*"gatherv"/,
   });
 });
 
@@ -221,6 +310,19 @@ function simulate(
       const b = inputs[root].length / ranks;
       return inputs.map((_, r) => inputs[root].slice(r * b, (r + 1) * b));
     }
+    case "allGatherv":
+      return inputs.map(() => inputs.flat());
+    case "allToAllv": {
+      // Rank i's input, cut by its row of the matrix; rank r's output, rank i's block for r in rank order.
+      const m = unevenMatrix(n, ranks);
+      const cut = (i: number, r: number): number[] => {
+        const from = m[i].slice(0, r).reduce((a, b) => a + b, 0);
+        return inputs[i].slice(from, from + m[i][r]);
+      };
+      return inputs.map((_, r) => inputs.flatMap((_, i) => cut(i, r)));
+    }
+    case "sendRecv":
+      return inputs.map((_, r) => [...inputs[(r + ranks - 1) % ranks]]);
   }
   throw new Error(`No simulation of ${d.name}`);
 }
@@ -288,7 +390,19 @@ Deno.test("CollectiveDescriptor.stable() says when the data after n calls is the
   assert.equal(stable("allReduce", "avg", 3, "int32"), true);
   assert.equal(stable("reduce", "avg", 4), false); // the root averages its average with the others' inputs
   assert.equal(stable("reduce", "min", 4), true);
-  for (const name of ["broadcast", "allGather", "reduceScatter", "allToAll", "gather", "scatter"]) {
+  for (
+    const name of [
+      "broadcast",
+      "allGather",
+      "reduceScatter",
+      "allToAll",
+      "gather",
+      "scatter",
+      "allGatherv",
+      "allToAllv",
+      "sendRecv",
+    ]
+  ) {
     assert.equal(stable(name, "sum", 3), true);
   }
 });
@@ -428,7 +542,13 @@ Deno.test("runSweep() measures every collective on 3 ranks with no wrong element
   for (const d of COLLECTIVES) {
     const results = await sweep(3, { collective: d.name, sizes: [12, 96], op: "sum", root: 1 });
     const rows = results[0].rows;
-    assert.deepEqual(rows.map((r) => [r.collective, r.bytes, r.wrong]), [[d.name, 12, 0], [d.name, 96, 0]]);
+    // 3 and 24 float32 elements, as each descriptor counts them (the v-forms take at least 1 + 2 + 3).
+    const bytes = [3, 24].map((e) => d.count(e, 3) * 4);
+    assert.deepEqual(rows.map((r) => [r.collective, r.bytes, r.wrong]), [[d.name, bytes[0], 0], [
+      d.name,
+      bytes[1],
+      0,
+    ]]);
     // Every rank agrees (the slowest rank's time, the wrong elements of all).
     assert.deepEqual(results.map((r) => r.rows), [rows, rows, rows]);
     for (const r of results) {
@@ -466,10 +586,129 @@ Deno.test("runSweep() counts the wrong elements of a broken collective", async (
     const corrupt = await sweep(2, { collective: name, sizes: [64], broken: "corrupt" });
     assert.equal(corrupt[0].rows[0].wrong, 1, `${name} with one element off on rank 0`);
   }
+  for (const name of ["allGatherv", "allToAllv", "sendRecv"]) {
+    const skipped = await sweep(3, { collective: name, sizes: [256], broken: "skip" });
+    assert.ok(skipped[0].rows[0].wrong > 0, `${name} never called`);
+    const corrupt = await sweep(3, { collective: name, sizes: [256], broken: "corrupt" });
+    assert.equal(corrupt[0].rows[0].wrong, 1, `${name} with one element off on rank 0`);
+  }
+  // A call that succeeds with the wrong layout: allToAllv's matrix transposed (every rank agrees on it),
+  // the ring the other way round.
+  for (const name of ["allToAllv", "sendRecv"]) {
+    const [r] = await sweep(3, { collective: name, sizes: [256], broken: "swapped" });
+    assert.ok(r.rows[0].wrong > 0, `${name} swapped: ${r.rows[0].wrong} wrong`);
+  }
   // A fault of the last timed calls only: the check of what they left sees it (a checked call after them
   // would not).
   const late = await sweep(2, { collective: "allToAll", sizes: [64], broken: "late" });
   assert.equal(late[0].rows[0].wrong, 1);
+});
+
+Deno.test("runSweep() runs allGatherv, allToAllv and sendRecv on 2 and 4 ranks, every element checked", async () => {
+  for (const ranks of [2, 4]) {
+    for (const name of ["allGatherv", "allToAllv", "sendRecv"]) {
+      for (const dtype of ["float32", "int8"] as DType[]) {
+        const results = await sweep(ranks, { collective: name, sizes: [40, 4096, 65540], dtype });
+        const rows = results[0].rows;
+        const d = collective(name);
+        const es = dtype === "int8" ? 1 : 4;
+        assert.deepEqual(
+          rows.map((r) => [r.bytes, r.wrong]),
+          [40, 4096, 65540].map((b) => [d.count(Math.floor(b / es), ranks) * es, 0]),
+          `${name} ${dtype} on ${ranks} ranks`,
+        );
+        assert.deepEqual(rows.map((r) => r.busbwGBs / r.algbwGBs).map((f) => f.toFixed(3)), [
+          ...rows.map(() => d.busFactor(ranks).toFixed(3)),
+        ]);
+      }
+    }
+  }
+});
+
+Deno.test("runSweep() has no sizes for sendRecv on one rank (no peer to send to)", async () => {
+  const [r] = await sweep(1, { collective: "sendRecv", sizes: [64, 1024] });
+  assert.deepEqual([r.rows, r.calls], [[], 0]);
+  assert.equal(collective("sendRecv").minRanks, 2);
+});
+
+Deno.test("the v-forms pass every rank's counts, and sendRecv starts its send and receive together", async () => {
+  const ranks = 3, count = 12;
+  const calls: { rank: number; name: string; args: unknown[] }[] = [];
+  const fake = (rank: number, backend = "cpu"): ProcessGroup => {
+    let pending = 0;
+    // A send or receive resolves only once its pair has been issued: awaiting one before issuing the
+    // other would hang, and the test time out.
+    const p2p = (name: string) => (...args: unknown[]) => {
+      calls.push({ rank, name, args });
+      pending++;
+      const since = Date.now();
+      return new Promise<void>((resolve, reject) => {
+        const poll = (): void => {
+          if (pending >= 2) resolve();
+          else if (Date.now() - since > 2000) reject(new Error(`rank ${rank}: ${name} awaited alone`));
+          else setTimeout(poll, 1);
+        };
+        poll();
+      });
+    };
+    return {
+      rank,
+      size: ranks,
+      backend,
+      allGather: (...args: unknown[]) => calls.push({ rank, name: "allGather", args }),
+      allToAll: (...args: unknown[]) => calls.push({ rank, name: "allToAll", args }),
+      send: p2p("send"),
+      recv: p2p("recv"),
+      batchIsendIrecv: (ops: unknown[], ...rest: unknown[]) => {
+        calls.push({ rank, name: "batchIsendIrecv", args: [ops, ...rest] });
+        return ops.map(() => Promise.resolve());
+      },
+    } as unknown as ProcessGroup;
+  };
+  const args = { op: "sum", root: 0, dtype: "float32" } as const;
+  for (let rank = 0; rank < ranks; rank++) {
+    const pg = fake(rank);
+    const c = (name: string) => benchContext(collective(name), { rank, ranks, count });
+    const v = collective("allGatherv");
+    const vin = new Float32Array(v.lengths(c("allGatherv")).input), vout = new Float32Array(count);
+    await v.run(pg, vin, vout, args);
+    const a = collective("allToAllv");
+    await a.run(pg, new Float32Array(count), new Float32Array(count), args);
+    const s = collective("sendRecv");
+    const sin = new Float32Array(count), sout = new Float32Array(count);
+    await s.run(pg, sin, sout, args);
+    const [send, recv] = calls.filter((x) => x.rank === rank && (x.name === "send" || x.name === "recv"));
+    assert.deepEqual([send.name, send.args[0] === sin, send.args[1]], ["send", true, (rank + 1) % ranks]);
+    assert.deepEqual([recv.name, recv.args[0] === sout, recv.args[1]], ["recv", true, (rank + 2) % ranks]);
+    // The nccl backend: one group of the same pair.
+    await s.run(fake(rank, "nccl"), sin, sout, args);
+    const batch = calls.findLast((x) => x.rank === rank && x.name === "batchIsendIrecv");
+    assert.deepEqual(batch?.args[0], [
+      { op: "send", tensor: sin, peer: (rank + 1) % ranks },
+      { op: "recv", tensor: sout, peer: (rank + 2) % ranks },
+    ]);
+  }
+  // allGatherv: the same counts on every rank, summing to the output, each rank's its input's length.
+  const gathers = calls.filter((x) => x.name === "allGather");
+  const counts = gathers.map((x) => (x.args[2] as { counts: number[] }).counts);
+  assert.deepEqual(counts, [[2, 4, 6], [2, 4, 6], [2, 4, 6]]);
+  assert.deepEqual(gathers.map((x, r) => (x.args[1] as Float32Array).length === counts[r][r]), [
+    true,
+    true,
+    true,
+  ]);
+  // The call's own options go through (the dtype).
+  assert.equal((gathers[0].args[2] as { dtype: string }).dtype, "float32");
+  // allToAllv: what rank i sends rank j is what rank j receives from rank i.
+  const alls = calls.filter((x) => x.name === "allToAll").map((x) =>
+    x.args[2] as { sendCounts: number[]; recvCounts: number[] }
+  );
+  for (let i = 0; i < ranks; i++) {
+    for (let j = 0; j < ranks; j++) assert.equal(alls[i].sendCounts[j], alls[j].recvCounts[i], `${i} → ${j}`);
+    assert.equal(alls[i].sendCounts.reduce((a, b) => a + b, 0), count);
+    assert.equal(alls[i].recvCounts.reduce((a, b) => a + b, 0), count);
+  }
+  assert.notDeepEqual(alls[0].sendCounts, alls[1].sendCounts);
 });
 
 Deno.test("bench/mpi.ts knows every collective, with the C library's codes and the right counts", () => {
@@ -573,6 +812,58 @@ Deno.test("bench/collectives.ts runs a rooted collective with -r and -o", async 
   );
   assert.equal(code, 0);
   assert.deepEqual(tableLines(stdout).map((l) => [l[0], l[3], l[4], l[8]]), [["64", "max", "1", "0"]]);
+});
+
+Deno.test("bench/collectives.ts takes -c NAME as --collective, nccl-tests' names, and refuses what cannot run", async () => {
+  const { code, stdout, rows } = await cli(
+    [
+      "--ranks",
+      "2",
+      "-c",
+      "sendrecv",
+      "-b",
+      "64",
+      "-e",
+      "4K",
+      "-f",
+      "64",
+      "-n",
+      "3",
+      "-w",
+      "1",
+      "--jit-warmup",
+      "0",
+    ],
+  );
+  assert.equal(code, 0);
+  assert.match(stdout, /# sendRecv on 2 ranks/);
+  assert.deepEqual(rows.map((r) => [r.collective, r.bytes, r.wrong]), [["sendRecv", 64, 0], [
+    "sendRecv",
+    4096,
+    0,
+  ]]);
+  for (const r of rows) assert.equal(r.busbwGBs, r.algbwGBs, "sendrecv_perf's bus factor 1");
+  const fails = async (args: string[], message: RegExp): Promise<void> => {
+    const run = await new Deno.Command(Deno.execPath(), {
+      args: ["run", "-A", COLLECTIVES_CLI, ...args],
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    assert.notEqual(run.code, 0, args.join(" "));
+    assert.match(new TextDecoder().decode(run.stderr), message);
+  };
+  await fails(
+    ["-c", "gatherv"],
+    /Invalid -c: expected 0, 1 \(nccl-tests' check\) or a collective's name, found "gatherv"/,
+  );
+  await fails(
+    ["-c", "alltoallv", "--collective", "gather"],
+    /-c alltoallv and --collective gather name different/,
+  );
+  await fails(
+    ["--ranks", "1", "--collective", "sendrecv"],
+    /Invalid --ranks: sendRecv needs at least 2 ranks, found 1/,
+  );
 });
 
 const noMpi = hasCommand("mpiexec") && hasCommand("mpicc")
@@ -698,6 +989,70 @@ gatedTest(
     }
     const dcomm = rows.filter((r) => r.runner === "dcomm") as (BenchRow & { vsBaselinePaired?: number })[];
     for (const r of dcomm) assert.ok((r.vsBaselinePaired ?? 0) > 0, "a paired ratio per size");
+  },
+);
+
+gatedTest(
+  "bench/collectives.ts --peer mpi runs MPI_Allgatherv, MPI_Alltoallv and MPI_Sendrecv beside dcomm",
+  { missing: noMpi },
+  async () => {
+    // Lower-case and nccl-tests' names, by --collective and by -c.
+    for (
+      const [flag, name, call, ranks] of [
+        ["--collective", "allgatherv", "MPI_Allgatherv", "2"],
+        ["-c", "alltoallv", "MPI_Alltoallv", "3"],
+        ["--collective", "sendrecv", "MPI_Sendrecv", "2"],
+      ]
+    ) {
+      const { code, stdout, rows } = await cli(
+        [
+          ...["--ranks", ranks, "--peer", "mpi", flag, name, "-d", "float"],
+          ...["-b", "64", "-e", "64K", "-f", "32", "-n", "3", "-w", "1"],
+          ...["--trials", "1", "--rounds", "1", "--jit-warmup", "10"],
+        ],
+      );
+      assert.equal(code, 0, name);
+      assert.match(stdout, new RegExp(`${call} loop`), name);
+      const lines = tableLines(stdout);
+      // bench/mpi.ts's table, then the side-by-side one; no wrong element in any group.
+      assert.equal(lines.length, 6, name);
+      for (const l of lines) assert.deepEqual([l[3], l[8], l[12], l[16]], ["none", "0", "0", "0"], name);
+      const d = findCollective(name);
+      const counts = [16, 512, 16384].map((e) => d.count(e, Number(ranks)));
+      assert.deepEqual(
+        rows.map((r) => `${r.runner}:${r.collective}:${r.count}:${r.wrong}`).sort(),
+        ["c", "c-inproc", "dcomm"].flatMap((runner) => counts.map((c) => `${runner}:${d.name}:${c}:0`))
+          .sort(),
+        name,
+      );
+      for (const r of rows) {
+        const factor = d.busFactor(Number(ranks));
+        assert.ok(
+          Math.abs(r.busbwGBs - r.algbwGBs * factor) < 1e-9,
+          `${name} ${r.runner}: bus factor ${factor}`,
+        );
+      }
+    }
+  },
+);
+
+gatedTest(
+  "bench/collectives.ts --backend mpi runs the v-forms and sendRecv under mpiexec",
+  { missing: noMpi },
+  async () => {
+    for (const name of ["allGatherv", "allToAllv", "sendRecv"]) {
+      const { code, rows } = await cli(
+        [
+          ...["--backend", "mpi", "--ranks", "3", "--collective", name],
+          ...["-b", "8", "-e", "4K", "-f", "512", "-n", "3", "-w", "1", "--jit-warmup", "0"],
+        ],
+      );
+      assert.equal(code, 0, name);
+      assert.deepEqual(
+        rows.map((r) => [r.collective, r.transport, r.count, r.wrong]),
+        [2, 1024].map((e) => [name, "mpi", collective(name).count(e, 3), 0]),
+      );
+    }
   },
 );
 

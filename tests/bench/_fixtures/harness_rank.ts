@@ -6,9 +6,9 @@
  * @module
  */
 import type { DType, ReduceOp } from "../../../core/dtype.ts";
-import type { ProcessGroup } from "../../../backend/process_group.ts";
+import type { AnyTensor, ProcessGroup } from "../../../backend/process_group.ts";
 import type { ThreadContext } from "../../../backend/threads.ts";
-import { collective, type CollectiveDescriptor } from "../../../bench/_descriptors.ts";
+import { collective, type CollectiveDescriptor, unevenMatrix } from "../../../bench/_descriptors.ts";
 import { type BenchDevice, type BenchTensor, hostDevice, runSweep } from "../../../bench/_harness.ts";
 import type { BenchRow } from "../../../bench/_rows.ts";
 
@@ -25,9 +25,10 @@ export interface HarnessArgs {
   /**
    * How the collective is broken: `"none"`; `"skip"` (no call at all); `"corrupt"` (the real call, then
    * one output element changed on rank 0); `"late"` (as `"corrupt"`, on the fourth and fifth calls only:
-   * the last timed ones, with the defaults).
+   * the last timed ones, with the defaults); `"swapped"` (a call that succeeds with the wrong layout:
+   * allToAllv with its traffic matrix transposed, sendRecv around the ring the other way).
    */
-  broken?: "none" | "skip" | "corrupt" | "late";
+  broken?: "none" | "skip" | "corrupt" | "late" | "swapped";
 }
 
 /** What each rank reports. */
@@ -53,6 +54,7 @@ function broken(
       count.calls++;
       const n = count.calls;
       if (how === "skip") return;
+      if (how === "swapped") return await swapped(d, pg, input, output);
       await d.run(pg, input, output, args);
       if ((how === "corrupt" || (how === "late" && (n === 4 || n === 5))) && pg.rank === 0) {
         const out = (d.inPlace ? input : output) as Float32Array;
@@ -60,6 +62,24 @@ function broken(
       }
     },
   };
+}
+
+/** allToAllv with the matrix transposed (every rank agrees, so the call succeeds), or sendRecv reversed. */
+async function swapped(
+  d: CollectiveDescriptor,
+  pg: ProcessGroup,
+  input: AnyTensor,
+  output: AnyTensor,
+): Promise<void> {
+  const n = pg.size, me = pg.rank;
+  if (d.name === "allToAllv") {
+    const m = unevenMatrix(input.length, n);
+    await pg.allToAll(output, input, { sendCounts: m.map((row) => row[me]), recvCounts: m[me] });
+  } else if (d.name === "sendRecv") {
+    await Promise.all([pg.send(input, (me + n - 1) % n), pg.recv(output, (me + 1) % n)]);
+  } else {
+    throw new RangeError(`No swapped form of ${d.name}`);
+  }
 }
 
 /** Runs the sweep; returns the rows and what the counting device saw. */
