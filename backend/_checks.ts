@@ -14,9 +14,17 @@ interface Sized {
 /**
  * Checks a rank argument (a root or a peer) of a group of `size` ranks.
  *
+ * @throws {TypeError} If `r` is not a number.
  * @throws {RangeError} If `r` is not an integer in 0..size-1.
  */
 export function checkRank(what: string, name: string, r: number, size: number): number {
+  if (typeof r !== "number") {
+    // `root: "0"` is not rank 0: say what was found, not what it prints as.
+    const found = typeof r === "string" ? `the string ${JSON.stringify(r)}` : r === null ? "null" : typeof r;
+    throw new TypeError(
+      `Cannot ${what}: ${name} must be a rank in 0..${size - 1} (a number), found ${found}`,
+    );
+  }
   if (!Number.isInteger(r) || r < 0 || r >= size) {
     throw new RangeError(`Cannot ${what}: ${name} must be a rank in 0..${size - 1}, found ${r}`);
   }

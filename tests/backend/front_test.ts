@@ -67,6 +67,7 @@ function checkShapes(a: Answers, backend: string): void {
     notTensor: "TypeError",
     peerSelf: "RangeError",
     peerRange: "RangeError",
+    rootString: "TypeError",
     timeout: "RangeError",
     timeoutType: "RangeError",
     servers: "RangeError",
@@ -92,6 +93,10 @@ function checkShapes(a: Answers, backend: string): void {
     assert.match(a.errors[name], new RegExp(`^${kind}: `), `${backend} ${name}: ${a.errors[name]}`);
   }
   assert.match(a.errors.signal, /expected signal to be an AbortSignal, found an object/);
+  assert.equal(
+    a.errors.rootString,
+    'TypeError: Cannot broadcast: root must be a rank in 0..0 (a number), found the string "0"',
+  );
   assert.match(a.errors.detached, /detached/);
   assert.match(
     a.errors.countsList,

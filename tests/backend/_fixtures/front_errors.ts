@@ -76,6 +76,7 @@ const errors: Record<string, string> = {
   notTensor: await answer(() => pg.allReduce([1, 2] as never)),
   peerSelf: await answer(() => pg.send(f, 0)),
   peerRange: await answer(() => pg.recv(f, 99)),
+  rootString: await answer(() => pg.broadcast(f, { root: "0" as never })),
   anySource: await answer(() => pg.recv(f, ANY_SOURCE)),
   anySourceBatch: await answer(() => pg.batchIsendIrecv([{ op: "recv", tensor: f, peer: ANY_SOURCE }])),
   timeout: await answer(() => pg.barrier({ timeoutMs: 0 })),
