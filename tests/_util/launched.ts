@@ -71,3 +71,36 @@ export function applyHostOf(): boolean {
   if (hostOf) Deno.env.set("DCOMM_HOST_ID", hostOf.split(",")[Number(Deno.env.get("RANK"))]);
   return hostOf !== undefined && hostOf !== "";
 }
+
+/**
+ * Runs `fixture` with the argument `mpi` on `ranks` processes of MPICH's `mpiexec` (the launchers'
+ * variables cleared, so the mpi backend finds only MPI's) and returns what each printed after `RESULT `.
+ *
+ * @param fixture The script's path.
+ * @param ranks Processes.
+ * @param timeoutMs How long the run may take.
+ * @returns One result per rank, in the order printed.
+ */
+export async function mpiexecResults<T>(fixture: string, ranks: number, timeoutMs = 60_000): Promise<T[]> {
+  const env = Deno.env.toObject();
+  for (const name of Object.keys(env)) {
+    if (
+      /^(RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|MASTER_ADDR|MASTER_PORT|PMI_\w+|SLURM_\w+)$/.test(name)
+    ) {
+      delete env[name];
+    }
+  }
+  const out = await new Deno.Command("mpiexec", {
+    args: ["-n", String(ranks), Deno.execPath(), "run", "-A", fixture, "mpi"],
+    env,
+    clearEnv: true,
+    stdout: "piped",
+    stderr: "piped",
+    signal: AbortSignal.timeout(timeoutMs),
+  }).output();
+  const text = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
+  assert.equal(out.code, 0, text.slice(-3000));
+  const results = [...text.matchAll(/^RESULT (\{.*\})$/gm)].map((m) => JSON.parse(m[1]) as T);
+  assert.equal(results.length, ranks, text.slice(-3000));
+  return results;
+}

@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { spawnThreads } from "../../backend/threads.ts";
 import type { PinResult } from "./_fixtures/pin_rank.ts";
-import { launchedResults } from "../_util/launched.ts";
+import { launchedResults, mpiexecResults } from "../_util/launched.ts";
 import { gatedTest, hasCommand } from "../_util/skip.ts";
 import { pinBuffer } from "../../backend/_pin.ts";
 
@@ -40,27 +40,7 @@ gatedTest("a tensor's buffer cannot be detached while an MPI call runs on it (2 
   missing: hasCommand("mpiexec") ? undefined : "mpiexec not found (apt-get install mpich libmpich-dev)",
   ciCanSatisfy: true,
 }, async () => {
-  const env = Deno.env.toObject();
-  for (const name of Object.keys(env)) {
-    if (
-      /^(RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|MASTER_ADDR|MASTER_PORT|PMI_\w+|SLURM_\w+)$/.test(name)
-    ) {
-      delete env[name];
-    }
-  }
-  const out = await new Deno.Command("mpiexec", {
-    args: ["-n", "2", Deno.execPath(), "run", "-A", FIXTURE.pathname, "mpi"],
-    env,
-    clearEnv: true,
-    stdout: "piped",
-    stderr: "piped",
-    signal: AbortSignal.timeout(60_000),
-  }).output();
-  const text = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
-  assert.equal(out.code, 0, text.slice(-3000));
-  const results = text.split("\n").filter((l) => l.startsWith("RESULT ")).map((l) => JSON.parse(l.slice(7)));
-  assert.equal(results.length, 2, text.slice(-3000));
-  check(results);
+  check(await mpiexecResults<PinResult>(FIXTURE.pathname, 2));
 });
 
 Deno.test("pinBuffer marks ordinary buffers and leaves a WebAssembly memory's alone (its grow still works)", () => {
