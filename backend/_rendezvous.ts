@@ -28,7 +28,7 @@ import { TcpStore } from "../store/tcp_store.ts";
 import { TcpStoreServer } from "../store/tcp_store_server.ts";
 import { TorchStore } from "../store/torch_store.ts";
 import { TorchStoreServer } from "../store/torch_store_server.ts";
-import { isLoopback, parseInitMethod, type RankInfo, rankInfo } from "./env.ts";
+import { bindHostname, hostPort, parseInitMethod, type RankInfo, rankInfo } from "./env.ts";
 import { pmiStoreAddress, pmiUnavailableReason } from "./_pmi.ts";
 
 /** What a rendezvous needs (a subset of `init`'s options). */
@@ -211,7 +211,8 @@ export class Rendezvous {
         "SLURM_JOB_ID and SLURM_STEP_ID; set MASTER_ADDR, or DCOMM_SLURM_PORT / MASTER_PORT, to choose)"
       : undefined;
     const serve = async (host: string, at: number): Promise<number> => {
-      const bind = { hostname: isLoopback(host) ? "127.0.0.1" : "0.0.0.0", port: at };
+      // Loopback for a loopback master (::1 for an IPv6 one), else every interface of its family.
+      const bind = { hostname: bindHostname(host), port: at };
       try {
         server = how.protocol === "torch"
           ? await TorchStoreServer.listen(bind)
@@ -251,7 +252,8 @@ export class Rendezvous {
     if (hostname === undefined || port === undefined) {
       await server?.[Symbol.asyncDispose]();
       throw new RangeError(
-        `Cannot rendezvous: expected MASTER_ADDR and MASTER_PORT (or tcp://host:port), found ${hostname}:${port}`,
+        "Cannot rendezvous: expected MASTER_ADDR and MASTER_PORT (or tcp://host:port), found " +
+          hostPort(hostname ?? "undefined", port),
       );
     }
     const address: StoreAddress = { protocol: how.protocol, hostname, port, secret };
@@ -292,7 +294,7 @@ export class Rendezvous {
     await this.store.set(key(rank), "1");
     const missing = new Set(Array.from({ length: worldSize }, (_, r) => r));
     missing.delete(rank);
-    const where = `${origin} at ${this.address.hostname}:${this.address.port}`;
+    const where = `${origin} at ${hostPort(this.address.hostname, this.address.port)}`;
     const started = Date.now();
     for (;;) {
       const elapsed = Date.now() - started;

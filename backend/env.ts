@@ -176,7 +176,8 @@ export function rankInfo(
   if (masterPort !== undefined && masterPort > 65535) {
     throw new RangeError(`Invalid MASTER_PORT: expected 0..65535, found ${masterPort}`);
   }
-  let masterAddr = env["MASTER_ADDR"] || undefined;
+  // `[::1]` or `::1`: the address is kept without brackets (they go back only before a port).
+  let masterAddr = env["MASTER_ADDR"]?.trim() ? unbracket(env["MASTER_ADDR"]) : undefined;
   let addressSource: RankInfo["addressSource"] = masterAddr !== undefined || masterPort !== undefined
     ? "env"
     : undefined;
@@ -210,26 +211,66 @@ export function rankInfo(
 }
 
 /**
- * Parses an init method URL: `env://` or `tcp://host:port`.
+ * Parses an init method URL: `env://` or `tcp://host:port`, an IPv6 address in brackets
+ * (`tcp://[::1]:29500`).
  *
  * @param url The init method.
- * @returns The store address it names (`undefined` fields for `env://`, which reads MASTER_ADDR/PORT).
+ * @returns The store address it names (`undefined` fields for `env://`, which reads MASTER_ADDR/PORT); an
+ * IPv6 host without its brackets.
  * @throws {TypeError} If the scheme is neither `env` nor `tcp`, or a tcp URL lacks a port.
  */
 export function parseInitMethod(url: string): { hostname?: string; port?: number } {
   if (url === "env://" || url === "env:") return {};
-  const m = /^tcp:\/\/(\[[^\]]+\]|[^:/]+):(\d+)\/?$/.exec(url);
+  const m = /^tcp:\/\/(\[[0-9A-Fa-f:.%\w-]+\]|[^:/\[\]]+):(\d+)\/?$/.exec(url);
   if (!m) {
-    throw new TypeError(`Invalid init method: expected "env://" or "tcp://host:port", found "${url}"`);
+    const bare = /^tcp:\/\/[^[\]/]*:[^[\]/]*:/.test(url);
+    throw new TypeError(
+      `Invalid init method: expected "env://" or "tcp://host:port", found "${url}"` +
+        (bare ? "; put the IPv6 address in brackets, as tcp://[::1]:29500" : ""),
+    );
   }
   const port = Number(m[2]);
   if (port > 65535) throw new RangeError(`Invalid init method port: expected 0..65535, found ${port}`);
-  return { hostname: m[1].replace(/^\[|\]$/g, ""), port };
+  return { hostname: unbracket(m[1]), port };
 }
 
 /**
- * Whether `host` names this machine's loopback interface (`127.x.x.x`, `localhost`, `::1`): a store or
- * listener for it binds to 127.0.0.1, and a rank meeting a loopback master publishes 127.0.0.1 too.
+ * A host without the brackets an IPv6 address has before a port: `[::1]` → `::1`; others as they are.
+ *
+ * @param host A host name or address, maybe in brackets.
+ * @returns The host without brackets.
+ */
+export function unbracket(host: string): string {
+  const m = /^\[(.*)\]$/.exec(host.trim());
+  return m ? m[1] : host.trim();
+}
+
+/**
+ * Whether `host` is an IPv6 address literal (it has a colon; brackets are allowed).
+ *
+ * @param host A host name or address.
+ * @returns Whether it is IPv6.
+ */
+export function isIPv6(host: string): boolean {
+  return unbracket(host).includes(":");
+}
+
+/**
+ * `host:port` as it is written and dialed: an IPv6 address in brackets (`[::1]:29500`).
+ *
+ * @param host A host name or address (an IPv6 one with or without brackets).
+ * @param port The port.
+ * @returns The address.
+ */
+export function hostPort(host: string, port: number | string | undefined): string {
+  const h = unbracket(host);
+  return `${h.includes(":") ? `[${h}]` : h}:${port}`;
+}
+
+/**
+ * Whether `host` names this machine's loopback interface (`127.x.x.x`, `localhost`, `::1` in any spelling,
+ * with or without brackets, or an IPv4-mapped `::ffff:127.x.x.x`): a store or listener for it binds to
+ * loopback ({@linkcode bindHostname}), and a rank meeting a loopback master publishes loopback too.
  *
  * @param host A host name or address.
  * @returns Whether it is loopback.
@@ -239,17 +280,47 @@ export function parseInitMethod(url: string): { hostname?: string; port?: number
  * import { isLoopback } from "./env.ts";
  * import assert from "node:assert/strict";
  * assert.equal(isLoopback("127.0.0.1"), true);
+ * assert.equal(isLoopback("[::1]"), true);
  * assert.equal(isLoopback("10.0.0.1"), false);
  * ```
  */
 export function isLoopback(host: string): boolean {
-  return /^(127\.|localhost$|::1$)/.test(host);
+  const h = unbracket(host).toLowerCase();
+  if (/^(127\.|localhost$)/.test(h)) return true;
+  return h === "::1" || /^(0{1,4}:){7}0{0,3}1$/.test(h) || (isMappedIPv4(h) && /:127\.[\d.]+$/.test(h));
+}
+
+/** An IPv4 address written as IPv6 (`::ffff:10.0.0.1`): its family, to a socket, is IPv4's. */
+function isMappedIPv4(host: string): boolean {
+  return /^(::|(0{1,4}:){5})ffff:\d+\.\d+\.\d+\.\d+$/i.test(unbracket(host));
 }
 
 /**
- * The address a rank's TCP listener publishes when none is given: loopback when the master is, else this
- * machine's first non-loopback IPv4 address (its address in its network namespace, on the emulated
- * cluster).
+ * The address a server for clients that dial `host` binds: loopback for a loopback host (`::1` for an
+ * IPv6 one, else 127.0.0.1), else every interface of the host's family (`::` for an IPv6 address, else
+ * 0.0.0.0).
+ *
+ * @param host The address clients dial (the master's).
+ * @returns The address to listen on.
+ *
+ * @example
+ * ```ts
+ * import { bindHostname } from "./env.ts";
+ * import assert from "node:assert/strict";
+ * assert.deepEqual(["::1", "fd00::2", "127.0.0.1", "10.0.0.1"].map(bindHostname), ["::1", "::", "127.0.0.1", "0.0.0.0"]);
+ * ```
+ */
+export function bindHostname(host: string): string {
+  const v6 = isIPv6(host) && !isMappedIPv4(host);
+  if (isLoopback(host)) return v6 ? "::1" : "127.0.0.1";
+  return v6 ? "::" : "0.0.0.0";
+}
+
+/**
+ * The address a rank's TCP listener publishes when none is given: loopback when the master is (`::1` for
+ * an IPv6 master, else 127.0.0.1), else this machine's first address of the master's family that peers can
+ * dial (an IPv6 one that is not link-local for an IPv6 master, else the first non-loopback IPv4: its
+ * address in its network namespace, on the emulated cluster).
  *
  * @param master The master's (the store's) address.
  * @returns The address.
@@ -259,12 +330,108 @@ export function isLoopback(host: string): boolean {
  * import { defaultHostname } from "./env.ts";
  * import assert from "node:assert/strict";
  * assert.equal(defaultHostname("127.0.0.1"), "127.0.0.1");
+ * assert.equal(defaultHostname("::1"), "::1");
  * ```
  */
 export function defaultHostname(master: string): string {
-  if (isLoopback(master)) return "127.0.0.1";
-  for (const nic of Deno.networkInterfaces()) {
+  const v6 = isIPv6(master) && !isMappedIPv4(master);
+  if (isLoopback(master)) return v6 ? "::1" : "127.0.0.1";
+  const nics = Deno.networkInterfaces();
+  if (v6) {
+    for (const nic of nics) {
+      if (nic.family === "IPv6" && !isLoopback(nic.address) && !/^fe[89ab]/i.test(nic.address)) {
+        return nic.address;
+      }
+    }
+  }
+  for (const nic of nics) {
     if (nic.family === "IPv4" && !nic.address.startsWith("127.")) return nic.address;
   }
   return "127.0.0.1";
+}
+
+/**
+ * The variable dcomm's launcher sets, for every rank, to its own pid: {@linkcode watchLauncher} (started
+ * by `init()`) makes a rank exit when that launcher is gone.
+ */
+export const LAUNCHER_PID_ENV = "DCOMM_LAUNCHER_PID";
+
+/** Whether this thread watches its launcher already. */
+let watching = false;
+
+/** A process's state and start time from `/proc/<pid>/stat`; "gone" without it; undefined without /proc. */
+function procStat(pid: number): { state: string; start: string } | "gone" | undefined {
+  let text: string;
+  try {
+    text = Deno.readTextFileSync(`/proc/${pid}/stat`);
+  } catch (e) {
+    if (e instanceof Deno.errors.NotFound) {
+      try {
+        Deno.statSync("/proc/self/stat");
+        return "gone"; // /proc is there, the process is not.
+      } catch {
+        return undefined;
+      }
+    }
+    return undefined; // No --allow-read, or no /proc: only the parent pid can tell.
+  }
+  // "pid (comm) state ppid ...": comm may hold spaces and parentheses; field 22 is the start time.
+  const fields = text.slice(text.lastIndexOf(")") + 2).split(" ");
+  return { state: fields[0], start: fields[19] };
+}
+
+/**
+ * Makes this rank exit when the launcher that started it is gone (killed with SIGKILL, say, so that it
+ * could not stop its ranks): when `DCOMM_LAUNCHER_PID` is set, a timer checks every second whether this
+ * process's parent changed (the launcher died and the process was re-parented, to pid 1 or a subreaper),
+ * and, where `/proc` is readable, whether the launcher's pid is gone, a zombie, or another process now
+ * (ranks started through a wrapper, such as a shell script with `--no-deno`). Then the rank says so on
+ * stderr and sends itself SIGTERM, as the launcher would have: its SIGTERM listeners run, and without one
+ * it ends with code 143; one that keeps running is ended with code 1 after 5 s.
+ *
+ * The timer does not keep the process alive, and nothing reads stdin: a script that reads its stdin still
+ * gets all of it (the launcher gives its ranks none, /dev/null, but a wrapper may). Once per thread; no
+ * permission is needed beyond `--allow-read` for the `/proc` check (without it, only the parent is watched).
+ *
+ * @param env The environment, e.g. `Deno.env.toObject()`.
+ * @param everyMs How often to check. @default 1000
+ * @returns Whether a watch started (false without `DCOMM_LAUNCHER_PID`, or when one runs already).
+ */
+export function watchLauncher(env: Readonly<Record<string, string | undefined>>, everyMs = 1000): boolean {
+  const raw = env[LAUNCHER_PID_ENV]?.trim();
+  if (watching || raw === undefined || !/^\d+$/.test(raw)) return false;
+  const launcher = Number(raw);
+  const parent = Deno.ppid;
+  const first = procStat(launcher);
+  const startedAt = typeof first === "object" ? first.start : undefined;
+  const gone = (): boolean => {
+    if (Deno.ppid !== parent) return true;
+    // Started after the launcher died, re-parented already (no /proc to tell more).
+    if (parent === 1 && launcher !== 1) return true;
+    if (first === undefined) return false;
+    const now = procStat(launcher);
+    if (now === undefined) return false;
+    return now === "gone" || now.state === "Z" || now.state === "X" || now.start !== startedAt;
+  };
+  watching = true;
+  const timer = setInterval(() => {
+    if (!gone()) return;
+    clearInterval(timer);
+    const rank = env["RANK"] === undefined ? "a rank" : `rank ${env["RANK"]}`;
+    try {
+      console.error(
+        `dcomm: ${rank} (pid ${Deno.pid}) stops: its launcher (pid ${launcher}) is gone, so nothing would ` +
+          "stop it or read its output (exiting as if the launcher had sent SIGTERM)",
+      );
+    } catch { /* its stderr went with the launcher */ }
+    try {
+      Deno.kill(Deno.pid, "SIGTERM");
+    } catch {
+      Deno.exit(1); // No --allow-run: no signal to itself.
+    }
+    const force = setTimeout(() => Deno.exit(1), 5000);
+    Deno.unrefTimer(force);
+  }, everyMs);
+  Deno.unrefTimer(timer);
+  return true;
 }

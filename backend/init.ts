@@ -16,6 +16,7 @@ import { deterministicUnsupported } from "./_front.ts";
 import { initNccl, type NcclOptions } from "./nccl/create.ts";
 import { recordErrors } from "./_error_file.ts";
 import { environment } from "./_rendezvous.ts";
+import { watchLauncher } from "./env.ts";
 
 export type { SegmentOptions };
 
@@ -35,7 +36,7 @@ export type { SegmentOptions };
 export interface InitOptions {
   /** The backend. @default "cpu" */
   backend?: "cpu" | "nccl" | "mpi";
-  /** `"env://"` or `"tcp://host:port"`. @default "env://" */
+  /** `"env://"` or `"tcp://host:port"` (an IPv6 host in brackets: `"tcp://[::1]:29500"`). @default "env://" */
   initMethod?: string;
   /** This rank. @default from the environment */
   rank?: number;
@@ -53,7 +54,11 @@ export interface InitOptions {
   inprocMesh?: unknown;
   /** The store's shared secret. @default the DCOMM_STORE_SECRET environment variable */
   secret?: string;
-  /** The address this rank's TCP listener publishes. @default DCOMM_HOSTNAME, else 127.0.0.1 for a loopback master, else this host's first non-loopback IPv4 */
+  /**
+   * The address this rank's TCP listener publishes (an IPv6 one as `::1` or `[::1]`).
+   * @default DCOMM_HOSTNAME, else loopback for a loopback master (::1 for an IPv6 one, else 127.0.0.1), else
+   * this host's first IPv6 address that is not link-local for an IPv6 master, else its first non-loopback IPv4
+   */
   hostname?: string;
   /** TCP sockets per peer. @default 1 */
   socketsPerPeer?: number;
@@ -85,7 +90,10 @@ export interface InitOptions {
 
 /**
  * Joins this process to a world and returns the world's process group. Every rank calls it; it resolves
- * once every rank is connected.
+ * once every rank is connected. Under dcomm's launcher (`DCOMM_LAUNCHER_PID` set) it also starts a watch
+ * that makes this rank exit when the launcher is gone, killed before it could stop its ranks: once a
+ * second it checks the parent pid (and `/proc/<launcher pid>` where readable); it neither keeps the
+ * process alive nor reads stdin.
  *
  * @param options Backend, rendezvous and tuning.
  * @returns The world group; close it (or `await using` it) when done.
@@ -103,8 +111,11 @@ export interface InitOptions {
  */
 export async function init(options: InitOptions = {}): Promise<ProcessGroup> {
   const backend = options.backend ?? "cpu";
+  const env = environment(options);
   // Under torchrun a failing rank leaves its error where the agent's summary finds it.
-  recordErrors(environment(options));
+  recordErrors(env);
+  // Under dcomm's launcher (DCOMM_LAUNCHER_PID) a rank exits when the launcher is gone (see watchLauncher).
+  watchLauncher(env);
   // Each backend's create.ts does its own rendezvous: cpu and nccl through dcomm's store
   // (`_rendezvous.ts`), mpi through MPI's launcher.
   if (options.deterministic !== undefined && typeof options.deterministic !== "boolean") {

@@ -3,7 +3,11 @@
  * flags and environment. It serves the rendezvous store (on node 0), starts one process per rank with
  * `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `GROUP_RANK`, `MASTER_ADDR`, `MASTER_PORT`, the
  * store's secret, the run id (`DCOMM_RUN_ID`) and the attempt (`DCOMM_RESTART_COUNT`) in its environment,
- * and prefixes every line a rank prints with `[rankN]:`. If a rank exits non-zero, the launcher stops the
+ * and prefixes every line a rank prints with `[rankN]:` (a line ends at `\n`, `\r\n` or `\r`, so each redraw
+ * of a progress bar is a line; output without a line break goes on in pieces of 64 KiB, in linear time).
+ * Every rank also gets `DCOMM_LAUNCHER_PID`: a rank's `init()` watches it, and the rank exits (as on SIGTERM)
+ * within about a second of the launcher's death, even a SIGKILL that left it no time to stop its ranks;
+ * nothing reads the ranks' stdin for that (it is /dev/null). If a rank exits non-zero, the launcher stops the
  * others; with `--max-restarts N` it then starts every rank of this node again as a new attempt, at most N
  * times, the store staying up; when no restart is left it prints which rank failed, its exit code and its
  * last lines, and exits non-zero itself. On SIGTERM or SIGINT it forwards the signal to every rank (SIGKILL
@@ -31,7 +35,7 @@
  * @module
  */
 import { TcpStoreServer } from "../store/tcp_store_server.ts";
-import { isLoopback } from "../backend/env.ts";
+import { bindHostname, isLoopback, LAUNCHER_PID_ENV, unbracket } from "../backend/env.ts";
 import { cudaStatus } from "../gpu/device.ts";
 import { generateSecret, STORE_SECRET_ENV } from "../store/secret.ts";
 import { TorchStoreServer } from "../store/torch_store_server.ts";
@@ -102,7 +106,7 @@ export interface LaunchOptions {
   nnodes?: number;
   /** This node's index. @default 0 */
   nodeRank?: number;
-  /** The host of node 0, where the store runs. @default "127.0.0.1" */
+  /** The host of node 0, where the store runs (an IPv6 address as `::1` or `[::1]`). @default "127.0.0.1" */
   masterAddr?: string;
   /**
    * The store's port; 0 picks a free one (single node only).
@@ -361,22 +365,60 @@ function defaultWrite(line: string, stream: "stdout" | "stderr"): void {
   writeAll(stream === "stdout" ? Deno.stdout : Deno.stderr, line + "\n");
 }
 
+/**
+ * The longest piece of a line the launcher holds: a rank's output without a line break (a progress bar
+ * redrawn with `\r` only, a binary dump) is passed on in pieces of this many characters.
+ */
+const MAX_PARTIAL_LINE = 64 << 10;
+
+/**
+ * Reads a rank's stream and hands on its lines in linear time: lines end at `\n`, `\r\n` or a lone `\r`
+ * (each redraw of a progress bar is a line; a redraw that is empty is dropped), only the unfinished tail is
+ * kept between chunks, and a tail longer than {@linkcode MAX_PARTIAL_LINE} goes out in pieces of that size.
+ */
 async function pump(
   readable: ReadableStream<Uint8Array>,
   onLine: (line: string) => void,
 ): Promise<void> {
   const decoder = new TextDecoder();
-  let pending = "";
-  for await (const chunk of readable) {
-    pending += decoder.decode(chunk, { stream: true });
-    let nl: number;
-    while ((nl = pending.indexOf("\n")) >= 0) {
-      onLine(pending.slice(0, nl).replace(/\r$/, ""));
-      pending = pending.slice(nl + 1);
+  // The unfinished line, in parts (joined once, when it ends): appending never copies what came before.
+  let parts: string[] = [];
+  let partLength = 0;
+  // A chunk that ended in "\r": a "\n" at the start of the next one ends nothing more.
+  let afterCR = false;
+  const end = (last: string, byCR: boolean): void => {
+    const line = partLength === 0 ? last : parts.join("") + last;
+    parts = [];
+    partLength = 0;
+    if (!(byCR && line === "")) onLine(line);
+  };
+  const feed = (text: string): void => {
+    let start = 0;
+    if (afterCR && text.startsWith("\n")) start = 1;
+    afterCR = false;
+    const breaks = /\r\n?|\n/g;
+    breaks.lastIndex = start;
+    for (let m: RegExpExecArray | null; (m = breaks.exec(text)) !== null;) {
+      end(text.slice(start, m.index), m[0] === "\r");
+      start = m.index + m[0].length;
+      if (m[0] === "\r" && start === text.length) afterCR = true;
     }
-  }
-  pending += decoder.decode();
-  if (pending) onLine(pending);
+    let rest = text.slice(start);
+    while (partLength + rest.length > MAX_PARTIAL_LINE) {
+      let cut = MAX_PARTIAL_LINE - partLength;
+      // Not between the two halves of a surrogate pair.
+      if (cut > 0 && /[\uD800-\uDBFF]/.test(rest[cut - 1])) cut--;
+      end(rest.slice(0, cut), false);
+      rest = rest.slice(cut);
+    }
+    if (rest !== "") {
+      parts.push(rest);
+      partLength += rest.length;
+    }
+  };
+  for await (const chunk of readable) feed(decoder.decode(chunk, { stream: true }));
+  feed(decoder.decode());
+  if (partLength > 0) end("", false);
 }
 
 /** One stream of one rank written to its log file, a line at a time. */
@@ -435,7 +477,7 @@ function parseEndpoint(endpoint: string): { host: string; port: number | undefin
   let port: string | undefined;
   if (v6) [, host, port] = v6;
   else if (text.split(":").length === 2) [host, port] = text.split(":");
-  if (host === "" || !/^[\w.:-]+$/.test(host) || (port !== undefined && !/^\d+$/.test(port))) {
+  if (host === "" || !/^[\w.:%-]+$/.test(host) || (port !== undefined && !/^\d+$/.test(port))) {
     throw new RangeError(
       `Invalid --rdzv-endpoint: expected host[:port] (or [IPv6]:port), found "${endpoint}"`,
     );
@@ -488,7 +530,8 @@ function resolveJob(options: LaunchOptions): Job {
     throw new RangeError(`Invalid --node-rank: expected 0..${nnodes - 1}, found ${nodeRank}`);
   }
   if (options.command.length === 0) throw new RangeError("Nothing to launch: expected a script, found none");
-  let masterAddr = options.masterAddr;
+  // `[::1]` and `::1` are one host: kept without brackets (MASTER_ADDR=::1 for the ranks).
+  let masterAddr = options.masterAddr === undefined ? undefined : unbracket(options.masterAddr);
   let masterPort = options.masterPort;
   if (options.standalone) {
     const clash = nnodes > 1
@@ -607,13 +650,14 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
   let server: TcpStoreServer | TorchStoreServer | undefined;
   const hostStore = options.hostStore ?? true;
   if (!hostStore && masterPort === 0) {
-    const probe = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+    const probe = Deno.listen({ hostname: bindHostname(job.masterAddr), port: 0 });
     masterPort = (probe.addr as Deno.NetAddr).port;
     probe.close();
   }
   if (nodeRank === 0 && hostStore) {
     const bind = {
-      hostname: isLoopback(job.masterAddr) ? "127.0.0.1" : "0.0.0.0",
+      // Loopback for a loopback master (::1 for an IPv6 one), else every interface of its family.
+      hostname: bindHostname(job.masterAddr),
       port: masterPort,
       log: (m: string) => write(`[launcher]: ${m}`, "stderr"),
     };
@@ -702,6 +746,8 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
           DCOMM_RUN_ID: runId,
           DCOMM_RESTART_COUNT: String(attempt),
           DCOMM_MAX_RESTARTS: String(maxRestarts),
+          // A rank's init() watches this pid: ranks exit when the launcher is gone (SIGKILLed, say).
+          [LAUNCHER_PID_ENV]: String(Deno.pid),
           // torchrun's names, read by scripts that resume from a checkpoint after a restart.
           TORCHELASTIC_RUN_ID: runId,
           TORCHELASTIC_RESTART_COUNT: String(attempt),
@@ -947,7 +993,7 @@ Both --a-b and --a_b spellings work, and --flag=value.
                          auto (the GPUs if any, else the CPUs) (default 1)
   --nnodes N             nodes in the job; N:N works, an elastic MIN:MAX does not (default 1)
   --node-rank R          this node's index (default 0)
-  --master-addr HOST     node 0's address, where the store runs (default 127.0.0.1)
+  --master-addr HOST     node 0's address, where the store runs, IPv6 as ::1 (default 127.0.0.1)
   --master-port PORT     the store's port (default: a free one with one node, 29500 with several)
   --standalone           one node on 127.0.0.1 and a free port (with several nodes or another
                          address: an error)
@@ -965,7 +1011,8 @@ Both --a-b and --a_b spellings work, and --flag=value.
   -r, --redirects SPEC   streams written to the log files only: 0 none, 1 stdout, 2 stderr, 3 both,
                          or per local rank as 0:3,1:2 (default 0)
   -t, --tee SPEC         streams written to the log files and the console (same forms) (default 0)
-  --deno-args "ARGS"     flags for deno run before the script (default "-A")
+  --deno-args "ARGS"     flags for deno run before the script, in place of the default -A
+                         (--deno-args "-A --v8-flags=..." or --deno-args=-A) (default "-A")
   --store-protocol P     dcomm (node 0 serves dcomm's store, with the secret) or torch (torch's c10d
                          TCPStore, served as torchrun's agent does, so torch.distributed ranks join
                          it too; it has no secret) (default dcomm)

@@ -90,7 +90,7 @@ class Mesh {
     if (size === 1) return [[]];
     let listener: Deno.TcpListener;
     try {
-      listener = Deno.listen({ hostname: this.#o.listenHostname, port: 0, transport: "tcp" });
+      listener = Deno.listen({ hostname: unbracketed(this.#o.listenHostname), port: 0, transport: "tcp" });
     } catch (error) {
       throw new TransportError(
         `Cannot listen on ${this.#o.listenHostname} for rank ${rank}'s peers: ${(error as Error).message}`,
@@ -248,12 +248,13 @@ class Mesh {
       await this.#store.get(key, { timeoutMs: Infinity, signal: this.#phase.signal }),
     );
     this.#addresses.set(peer, address);
-    const colon = address.lastIndexOf(":");
-    const port = Number(address.slice(colon + 1));
-    if (colon <= 0 || !Number.isInteger(port) || port <= 0 || port > 65535) {
-      throw new Fatal(`Store key "${key}" holds "${address}", expected host:port`);
+    const parsed = parseAddress(address);
+    if (parsed === undefined) {
+      throw new Fatal(
+        `Store key "${key}" holds "${address}", expected host:port (an IPv6 host as [host]:port)`,
+      );
     }
-    return { hostname: address.slice(0, colon).replace(/^\[(.*)\]$/, "$1"), port };
+    return parsed;
   }
 
   async #dialSocket(peer: number, index: number): Promise<void> {
@@ -331,6 +332,22 @@ class Mesh {
 /** `host` as it goes before `:port`: IPv6 literals in brackets. */
 function publishable(hostname: string): string {
   return hostname.includes(":") && !hostname.startsWith("[") ? `[${hostname}]` : hostname;
+}
+
+/** `host` as a socket takes it: an IPv6 literal without its brackets. */
+function unbracketed(hostname: string): string {
+  return hostname.replace(/^\[(.*)\]$/, "$1");
+}
+
+/**
+ * A published `host:port` (`[v6]:port` for IPv6) read back; `undefined` when malformed, as an IPv6 host
+ * without brackets is (`::1:5` names no port for sure).
+ */
+function parseAddress(address: string): { hostname: string; port: number } | undefined {
+  const m = /^\[([^\[\]]+)\]:(\d{1,5})$/.exec(address) ?? /^([^:\[\]]+):(\d{1,5})$/.exec(address);
+  const port = Number(m?.[2]);
+  if (!m || port <= 0 || port > 65535) return undefined;
+  return { hostname: m[1], port };
 }
 
 /** Sleeps `ms`, or rejects with the signal's reason, leaving no timer behind either way. */

@@ -77,7 +77,8 @@ export interface TcpTransportOptions {
   size: number;
   /**
    * The address this rank listens on and publishes for its peers to dial: a host name or IP literal that
-   * every other rank can reach.
+   * every other rank can reach (an IPv6 one with or without brackets, `::1` or `[::1]`: it is published as
+   * `[::1]:port`).
    *
    * @default {"127.0.0.1"}
    */

@@ -5,6 +5,8 @@ import { cudaStatus } from "../../gpu/device.ts";
 const LAUNCH = new URL("../../cli/launch.ts", import.meta.url).pathname;
 const CHILD = new URL("./_fixtures/launch_child.ts", import.meta.url).pathname;
 const ALLREDUCE = new URL("./_fixtures/launch_allreduce.ts", import.meta.url).pathname;
+const FLOOD = new URL("./_fixtures/launch_flood.ts", import.meta.url).pathname;
+const ORPHAN = new URL("./_fixtures/launch_orphan.ts", import.meta.url).pathname;
 
 /** Runs the launcher's CLI to its end (at most 60 s: a hung launcher fails the test instead of hanging it). */
 async function run(
@@ -674,4 +676,265 @@ Deno.test("launch on two emulated PyTorchJob pods (PET_* env, no cluster) forms 
     [2, 0, 4, 6, 4],
     [3, 1, 4, 6, 4],
   ]);
+});
+
+/** Runs the launcher's CLI on one rank of the flood fixture; counts what came out on stdout. */
+async function flood(mode: "bar" | "progress", mib: number): Promise<{
+  code: number;
+  ms: number;
+  hashes: number;
+  lines: number;
+  longest: number;
+  err: string;
+}> {
+  const t0 = performance.now();
+  const child = new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", LAUNCH, "--nproc-per-node", "1", FLOOD, mode, String(mib)],
+    stdout: "piped",
+    stderr: "piped",
+    signal: AbortSignal.timeout(120_000),
+  }).spawn();
+  let hashes = 0;
+  let lines = 0;
+  let longest = 0;
+  let current = 0;
+  const counted = (async () => {
+    for await (const chunk of child.stdout) {
+      for (const byte of chunk) {
+        if (byte === 0x23) hashes++;
+        if (byte === 0x0a) {
+          lines++;
+          longest = Math.max(longest, current);
+          current = 0;
+        } else current++;
+      }
+    }
+  })();
+  const [status, err] = await Promise.all([child.status, new Response(child.stderr).text(), counted]);
+  return { code: status.code, ms: performance.now() - t0, hashes, lines, longest, err };
+}
+
+Deno.test("launch passes 32 MiB written without a newline through in linear time, in pieces of at most 64 KiB", async () => {
+  const mib = 32;
+  const r = await flood("bar", mib);
+  assert.equal(r.code, 0, r.err);
+  assert.equal(r.hashes, mib << 20, "every byte the rank wrote came out");
+  // Before: one line held whole, rebuilt at every chunk (quadratic: 6 s here for 32 MiB, 61 s for 64 MB).
+  assert.ok(r.ms < 20_000, `expected the launcher to finish within 20 s, took ${Math.round(r.ms)} ms`);
+  assert.ok(r.lines >= (mib << 20) / (64 << 10), `expected pieces of at most 64 KiB, found ${r.lines} lines`);
+  assert.ok(r.longest <= (64 << 10) + "[rank0]: ".length, `the longest line has ${r.longest} bytes`);
+  const wrote = /\[rank0\]: WROTE (\d+) (\d+)$/m.exec(r.err);
+  assert.ok(wrote, r.err);
+  assert.equal(Number(wrote[1]), mib << 20);
+});
+
+Deno.test("launch prints each \\r-redraw of a progress bar as a line of its own, prefixed", async () => {
+  const r = await flood("progress", 4);
+  assert.equal(r.code, 0, r.err);
+  // 4 MiB of "#" with a "\r" as every 100th byte of each 64 KiB chunk: 655 redraws of 99 "#" per chunk.
+  const redraws = 64 * 655;
+  assert.equal(r.hashes, (4 << 20) - redraws);
+  assert.equal(r.lines, redraws + 1, "each redraw, and the tail after the last");
+  assert.ok(r.longest <= 2 * 100 + "[rank0]: ".length, `the longest line has ${r.longest} bytes`);
+});
+
+Deno.test("launch() splits lines at \\n, \\r\\n and \\r, drops empty redraws, and flushes long partial lines", async () => {
+  const script = [
+    "const w = (s) => Deno.stdout.writeSync(new TextEncoder().encode(s));",
+    'w("one\\r\\ntwo\\n\\nthree\\r\\rfour\\r");',
+    "await new Promise((r) => setTimeout(r, 50));",
+    'w("\\nfive");',
+    "await new Promise((r) => setTimeout(r, 50));",
+    'w("x".repeat(150000));',
+  ].join("\n");
+  const lines: string[] = [];
+  const result = await launch({
+    nprocPerNode: 1,
+    noDeno: true,
+    command: [Deno.execPath(), "eval", script],
+    write: (line, stream) => stream === "stdout" && lines.push(line),
+  });
+  assert.equal(result.code, 0);
+  const text = lines.map((l) => l.replace(/^\[rank0\]: /, ""));
+  // An empty line ("\n\n") is kept, an empty redraw ("\r\r") dropped; "four\r" and "\nfive" are one break.
+  assert.deepEqual(text.slice(0, 5), ["one", "two", "", "three", "four"]);
+  assert.equal(text.slice(5).join(""), "five" + "x".repeat(150000));
+  assert.deepEqual(text.slice(5).map((l) => l.length), [65536, 65536, 150004 - 2 * 65536]);
+});
+
+Deno.test('launch --deno-args "-A" (as --help writes it), --deno-args=-A and several flags run the ranks with them', async () => {
+  const help = await run(["--help"]);
+  assert.match(help.out, /--deno-args "ARGS"/);
+  for (
+    const flags of [
+      ["--deno-args", "-A"],
+      ["--deno-args=-A"],
+      ["--deno-args", "-A --quiet"],
+      ["--deno_args", "--allow-all"],
+      ["--deno-args", "-A", "--nproc-per-node", "2"],
+    ]
+  ) {
+    const r = await run([
+      ...(flags.includes("--nproc-per-node") ? [] : ["--nproc-per-node", "2"]),
+      ...flags,
+      CHILD,
+      "ok",
+    ]);
+    assert.equal(r.code, 0, `${flags.join(" ")}:\n${r.err}`);
+    assert.equal(envs(r.out).length, 2, `${flags.join(" ")}:\n${r.out}`);
+  }
+  const parsed = parseLaunchArgs(["--deno-args", "-A --v8-flags=--max-old-space-size=100", "train.ts"], {});
+  assert.deepEqual(parsed.options?.denoArgs, ["-A", "--v8-flags=--max-old-space-size=100"]);
+  assert.deepEqual(parseLaunchArgs(["--deno-args=-A", "train.ts"], {}).options?.denoArgs, ["-A"]);
+  assert.deepEqual(parseLaunchArgs(["--deno-args", "-A", "train.ts"], {}).options?.command, ["train.ts"]);
+});
+
+/** Whether `pid` still runs: /proc has it and it is not a zombie. */
+function running(pid: number): boolean {
+  try {
+    const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
+    return !/^[ZX]$/.test(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[0]);
+  } catch {
+    return false;
+  }
+}
+
+/** Waits until none of `pids` runs, at most `ms`; returns those still running. */
+async function gone(pids: number[], ms: number): Promise<number[]> {
+  const until = Date.now() + ms;
+  while (pids.some(running) && Date.now() < until) await new Promise((r) => setTimeout(r, 100));
+  return pids.filter(running);
+}
+
+/** Waits until `dir` holds files named 0..n-1, at most `ms`; returns their pids. */
+async function pidsIn(dir: string, n: number, ms: number, output: () => string): Promise<number[]> {
+  const until = Date.now() + ms;
+  for (;;) {
+    const names = [...Deno.readDirSync(dir)].map((e) => e.name).filter((n) => /^\d+$/.test(n));
+    if (names.length === n) return names.map((name) => Number(Deno.readTextFileSync(`${dir}/${name}`)));
+    if (Date.now() > until) throw new Error(`expected ${n} pid files within ${ms} ms:\n${output()}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+Deno.test("ranks of a SIGKILLed launcher notice and exit within a few seconds", async () => {
+  const pidDir = Deno.makeTempDirSync();
+  const child = new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", LAUNCH, "--nproc-per-node", "2", ORPHAN, "sleep"],
+    env: { PID_DIR: pidDir },
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  let text = "";
+  const decoder = new TextDecoder();
+  const read = (s: ReadableStream<Uint8Array>): Promise<void> =>
+    (async () => {
+      for await (const c of s) text += decoder.decode(c, { stream: true });
+    })();
+  const reading = Promise.all([read(child.stdout), read(child.stderr)]);
+  let pids: number[] = [];
+  try {
+    pids = await pidsIn(pidDir, 2, 30_000, () => text);
+    child.kill("SIGKILL");
+    await child.status;
+    const t0 = Date.now();
+    const left = await gone(pids, 10_000);
+    assert.deepEqual(
+      left,
+      [],
+      `ranks ${left.join(", ")} still run ${Date.now() - t0} ms after the launcher died`,
+    );
+  } finally {
+    try {
+      child.kill("SIGKILL");
+    } catch { /* already gone */ }
+    for (const pid of pids) {
+      try {
+        if (running(pid)) Deno.kill(pid, "SIGKILL"); // no orphan left behind by a failing test
+      } catch { /* gone */ }
+    }
+    await reading.catch(() => {});
+    Deno.removeSync(pidDir, { recursive: true });
+  }
+});
+
+Deno.test("a rank whose launcher (not its parent: a wrapper between) dies says so on stderr and exits", async () => {
+  // The "launcher" is a sleep this test starts; the rank is this test's child, so only /proc can tell.
+  const launcher = new Deno.Command("sleep", { args: ["60"], stdout: "null", stderr: "null" }).spawn();
+  const pidDir = Deno.makeTempDirSync();
+  const rank = new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", ORPHAN, "sleep"],
+    env: {
+      RANK: "0",
+      WORLD_SIZE: "1",
+      PID_DIR: pidDir,
+      DCOMM_LAUNCHER_PID: String(launcher.pid),
+      NO_COLOR: "1",
+    },
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  const output = rank.output();
+  try {
+    await pidsIn(pidDir, 1, 30_000, () => "");
+    const t0 = Date.now();
+    launcher.kill("SIGKILL");
+    const waited = await Promise.race([
+      output,
+      new Promise<undefined>((r) => setTimeout(() => r(undefined), 10_000)),
+    ]);
+    assert.ok(waited, "the rank still runs 10 s after its launcher died");
+    const err = new TextDecoder().decode(waited.stderr);
+    assert.ok(Date.now() - t0 < 10_000);
+    assert.match(
+      err,
+      new RegExp(`dcomm: rank 0 \\(pid ${rank.pid}\\) stops: its launcher \\(pid ${launcher.pid}\\) is gone`),
+    );
+    assert.equal(
+      waited.signal,
+      "SIGTERM",
+      `expected the rank to end by its own SIGTERM, found code ${waited.code}`,
+    );
+  } finally {
+    try {
+      rank.kill("SIGKILL");
+    } catch { /* gone */ }
+    try {
+      launcher.kill("SIGKILL");
+    } catch { /* gone */ }
+    await output.catch(() => {});
+    await launcher.status;
+    Deno.removeSync(pidDir, { recursive: true });
+  }
+});
+
+Deno.test("the launcher watch neither reads a rank's stdin nor keeps it alive", async () => {
+  // The watched "launcher" is this test (the rank's parent): alive throughout.
+  const env = { RANK: "0", WORLD_SIZE: "1", DCOMM_LAUNCHER_PID: String(Deno.pid), NO_COLOR: "1" };
+  const rank = new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", ORPHAN, "stdin"],
+    env,
+    stdin: "piped",
+    stdout: "piped",
+    stderr: "piped",
+    signal: AbortSignal.timeout(30_000),
+  }).spawn();
+  const writer = rank.stdin.getWriter();
+  // Longer than one watch period: the bytes sit in the pipe while the watch runs.
+  await new Promise((r) => setTimeout(r, 1500));
+  await writer.write(new Uint8Array(100_000).fill(7));
+  await writer.close();
+  const o = await rank.output();
+  assert.equal(o.code, 0, new TextDecoder().decode(o.stderr));
+  assert.match(new TextDecoder().decode(o.stdout), /^STDIN 100000$/m);
+  const t0 = performance.now();
+  const done = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", ORPHAN, "exit"],
+    env,
+    stdout: "piped",
+    stderr: "piped",
+    signal: AbortSignal.timeout(30_000),
+  }).output();
+  assert.equal(done.code, 0, new TextDecoder().decode(done.stderr));
+  assert.ok(performance.now() - t0 < 20_000);
 });
