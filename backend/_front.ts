@@ -46,6 +46,7 @@ import {
   type SplitOptions,
 } from "./process_group.ts";
 import { Work } from "./work.ts";
+import { type FlightDump, flightDump, FlightRecorder, writeFlightDump } from "./flight.ts";
 import { checkWaitAll, monitoredBarrier, type MonitorStore } from "./_monitored_barrier.ts";
 import {
   allGatherObject,
@@ -168,6 +169,7 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
   #lastTensor: AnyTensor | undefined;
   #lastAsked: DType | undefined;
   #lastDtype: DType = "float32";
+  #flight: FlightRecorder | undefined;
   // Monitored barriers called so far (their keys and messages carry the number).
   #monitored = 0;
   /** This rank within the group, or -1 if this rank is not a member. */
@@ -669,7 +671,10 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
     ) {
       // A plain all-reduce, checked: the backend may run it to its end on this thread at once.
       const work = this.quickAllReduce(parts.tensor as AnyTensor, parts.dtype, parts.op ?? "sum", timeoutMs);
-      if (work !== undefined) return work;
+      if (work !== undefined) {
+        this.flight.record(collective, parts.dtype, parts.count, 0, parts.op ?? "sum", algorithm, work);
+        return work;
+      }
     }
     if (signal?.aborted) {
       return this.rejected(new DistError(`Aborted before it started: ${signal.reason}`, { code: "ABORTED" }));
@@ -678,7 +683,7 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
       if (parts.commDtype !== undefined) throw narrowUnsupported(this.backend);
       if (parts.compression !== undefined) throw compressionUnsupported(this.backend);
     }
-    return this.execute({
+    const work = this.execute({
       collective,
       op: "sum",
       root: 0,
@@ -688,6 +693,28 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
       signal,
       options,
     });
+    this.flight.record(
+      collective,
+      parts.dtype,
+      parts.count,
+      parts.root ?? 0,
+      parts.op ?? "sum",
+      algorithm,
+      work,
+    );
+    return work;
+  }
+
+  /** This group's flight recorder (made at its first call, or its first dump). */
+  protected get flight(): FlightRecorder {
+    return this.#flight ??= new FlightRecorder(this.ranks, this.rank, this.backend, () => this.isClosed);
+  }
+
+  dump(): FlightDump {
+    void this.flight;
+    const dump = flightDump("dump()");
+    writeFlightDump("dump()", dump);
+    return dump;
   }
 
   /** The dtype of one tensor, after the backend's and the buffer's checks. */

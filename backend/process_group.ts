@@ -10,6 +10,7 @@
  */
 import type { DType, ReduceOp, TypedArray } from "../core/dtype.ts";
 import type { Work } from "./work.ts";
+import type { FlightDump } from "./flight.ts";
 
 /**
  * A tensor: any TypedArray of a supported dtype.
@@ -785,6 +786,25 @@ export interface ProcessGroup extends AsyncDisposable {
    * @throws {TypeError} If `tensor` did not come from `alloc` of this backend, or was released already.
    */
   release(tensor: TypedArray): void;
+  /**
+   * The flight recorder's dump: every group of this thread with its last calls (each collective's
+   * sequence number, dtype, count, root, algorithm, state and times), as written on a timeout, a mismatch
+   * or a peer's failure. With `DCOMM_TRACE_DIR` set it is also written there, as
+   * `rank-<world rank>.json`, for `deno task trace analyze DIR` to read with the other ranks' dumps.
+   *
+   * @example What this rank did last
+   * ```ts
+   * import { init } from "@dcomm/dcomm";
+   * import assert from "node:assert/strict";
+   * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+   * await pg.barrier();
+   * const [world] = pg.dump().groups;
+   * assert.deepEqual(world.calls.map((c) => [c.seq, c.collective, c.state]), [[1, "barrier", "done"]]);
+   * ```
+   *
+   * @returns The dump.
+   */
+  dump(): FlightDump;
   /** Closes the group (for the world group: the whole backend). */
   close(): Promise<void>;
 }

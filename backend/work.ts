@@ -103,6 +103,19 @@ export function workReport(init: WorkReportInit): WorkReport {
   return report;
 }
 
+/** Told of every Work that fails (the flight recorder's dump on a timeout or a peer's failure). */
+let failureObserver: ((error: unknown) => void) | undefined;
+
+/**
+ * Sets the function told of every Work that fails, once its error is recorded.
+ *
+ * @param observer The function (it must not throw; what it throws is dropped).
+ * @internal For the flight recorder (`flight.ts`).
+ */
+export function observeWorkFailures(observer: (error: unknown) => void): void {
+  failureObserver = observer;
+}
+
 /** What a Work done when it was made is constructed with (never settles, never escapes this module). */
 const DONE: Promise<never> = new Promise<never>(() => {});
 /** The promise `then` of a Work done when it was made chains on. */
@@ -162,6 +175,11 @@ export class Work implements PromiseLike<void> {
       (error) => {
         this.#error = error;
         this.#completed = true;
+        if (failureObserver !== undefined) {
+          try {
+            failureObserver(error);
+          } catch { /* a dump that failed must not turn into an unhandled rejection */ }
+        }
       },
     );
   }

@@ -13,6 +13,7 @@ import type { SegmentPipeline, SegmentState } from "../../collectives/segment_co
 import { type WorkReport, workReport } from "../work.ts";
 import { segmentBytesPosted, type SegmentCall } from "./_segment_call.ts";
 import type { SegmentExecutor } from "./_segment_exec.ts";
+import { reached } from "../../transport/segment.ts";
 
 /** What a rank waits on the segment for, at most, between looks at the clock and the peers. */
 const LOOK_EVERY = 64;
@@ -171,10 +172,26 @@ export class SegmentRun {
       schedYield();
     }
     // Done here, but a member may have given the call up (timed out, failed) after posting its part: a
-    // late rank must fail as the others did, not succeed (see drive, which marks the abort first).
-    const failure = this.peerFailure(false);
+    // late rank must fail as the others did, not succeed (see drive, which marks the abort first). A
+    // member that failed in a later call had finished this one: then it happened on every rank.
+    const failure = this.#failureInThisCall();
     if (failure) throw failure;
     return true;
+  }
+
+  /**
+   * {@linkcode SegmentRun.peerFailure} for a call done on this rank: only members that failed in this
+   * call count, not those that began a later call of the group (they finished this one) and failed there.
+   */
+  #failureInThisCall(): Error | undefined {
+    const failure = this.peerFailure(false);
+    if (failure === undefined) return undefined;
+    const seg = this.#exec.segment, called = seg.counterIndex(this.#segmentCall.group, "called");
+    for (const r of this.#members) {
+      if (seg.abortReason(r) === undefined) continue;
+      if (r === seg.rank || !reached(Atomics.load(seg.words(r), called), (this.call + 1) | 0)) return failure;
+    }
+    return undefined;
   }
 
   /**
@@ -198,7 +215,11 @@ export class SegmentRun {
       const liveness = now - lastLiveness >= LIVENESS_MS;
       if (liveness) lastLiveness = now;
       const failure = this.peerFailure(liveness);
-      if (failure) throw failure;
+      if (failure) {
+        // The peers may have posted their parts before one of them failed in a later call: finish then.
+        if (this.spin(0)) return;
+        throw failure;
+      }
       if (now >= deadline) {
         // One last look: a peer that posted just now lets the call finish rather than fail.
         if (this.spin(0)) return;

@@ -189,10 +189,13 @@ export class SmallAllReduce {
     if (t.byteLength <= JS_REDUCE_BYTES) reduceInto(t, areas, at, dtype, op);
     else this.#reducePosts(this.#members, at * es, dtype, op, t);
     // Done, but a member may have given the call up (timed out, failed) after posting: a late rank fails
-    // as the others did rather than succeed (the general pipeline's spin checks the same).
+    // as the others did rather than succeed (the general pipeline's spin checks the same). A member that
+    // failed in a later call had finished this one.
     for (let q = 0; q < size; q++) {
       const reason = seg.abortReason(this.#members[q]);
-      if (reason !== undefined) {
+      if (
+        reason !== undefined && (q === me || !reached(Atomics.load(words[q], this.#called), (number + 1) | 0))
+      ) {
         throw q === me
           ? new DistError(reason)
           : new TransportError(`Rank ${this.#members[q]} aborted: ${reason}`, {
