@@ -47,6 +47,7 @@ import {
 } from "./process_group.ts";
 import { Work } from "./work.ts";
 import { type FlightDump, flightDump, FlightRecorder, writeFlightDump } from "./flight.ts";
+import { debugLog, debugOn } from "./_debug.ts";
 import { checkWaitAll, monitoredBarrier, type MonitorStore } from "./_monitored_barrier.ts";
 import {
   allGatherObject,
@@ -672,7 +673,16 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
       // A plain all-reduce, checked: the backend may run it to its end on this thread at once.
       const work = this.quickAllReduce(parts.tensor as AnyTensor, parts.dtype, parts.op ?? "sum", timeoutMs);
       if (work !== undefined) {
-        this.flight.record(collective, parts.dtype, parts.count, 0, parts.op ?? "sum", algorithm, work);
+        const seq = this.flight.record(
+          collective,
+          parts.dtype,
+          parts.count,
+          0,
+          parts.op ?? "sum",
+          algorithm,
+          work,
+        );
+        if (debugOn("detail")) this.#debugCall(collective, seq, parts.dtype, parts.count, work);
         return work;
       }
     }
@@ -693,7 +703,7 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
       signal,
       options,
     });
-    this.flight.record(
+    const seq = this.flight.record(
       collective,
       parts.dtype,
       parts.count,
@@ -702,7 +712,27 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
       algorithm,
       work,
     );
+    if (debugOn("detail")) this.#debugCall(collective, seq, parts.dtype, parts.count, work);
     return work;
+  }
+
+  /** `DCOMM_DEBUG=detail`: a call's line when it ends. */
+  #debugCall(collective: Collective, seq: number, dtype: DType, count: number, work: W): void {
+    const me = { rank: this.rank, size: this.size };
+    const what = `${VERB[collective]} #${seq} ${dtype} × ${count}`;
+    work.wait().then(
+      (report) =>
+        debugLog(
+          "detail",
+          me,
+          report === undefined
+            ? `${what}: done`
+            : `${what}: ${report.algorithm} over ${report.transport}, ${
+              (report.timeMs * 1000).toFixed(1)
+            } µs`,
+        ),
+      (e) => debugLog("detail", me, `${what}: failed: ${(e as Error)?.message ?? e}`),
+    );
   }
 
   /** This group's flight recorder (made at its first call, or its first dump). */

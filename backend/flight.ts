@@ -270,6 +270,7 @@ export class FlightRecorder {
    * @param op Its op.
    * @param algorithm The algorithm asked for.
    * @param work Its Work.
+   * @returns Its sequence number (0 when nothing is recorded).
    */
   record(
     collective: string,
@@ -279,9 +280,9 @@ export class FlightRecorder {
     op: string,
     algorithm: string,
     work: Work,
-  ): void {
+  ): number {
     const slots = this.#slots;
-    if (slots.length === 0 || !recording) return;
+    if (slots.length === 0 || !recording) return 0;
     const slot = slots[this.#next];
     const p2p = collective === "send" || collective === "recv";
     slot.seq = p2p ? ++this.#p2pSeq : ++this.#seq;
@@ -298,6 +299,7 @@ export class FlightRecorder {
     slot.stack = keepStacks ? new Error().stack?.split("\n").slice(2).join("\n") : undefined;
     this.#next = this.#next + 1 === slots.length ? 0 : this.#next + 1;
     this.#total++;
+    return slot.seq;
   }
 
   /** The group's calls, oldest first, with their states now. */

@@ -17,6 +17,7 @@ import { initNccl, type NcclOptions } from "./nccl/create.ts";
 import { recordErrors } from "./_error_file.ts";
 import { environment } from "./_rendezvous.ts";
 import { watchLauncher } from "./env.ts";
+import { setDebugLevel } from "./_debug.ts";
 
 export type { SegmentOptions };
 
@@ -114,6 +115,8 @@ export async function init(options: InitOptions = {}): Promise<ProcessGroup> {
   const env = environment(options);
   // Under torchrun a failing rank leaves its error where the agent's summary finds it.
   recordErrors(env);
+  // DCOMM_DEBUG=info|detail: what init chose, and (detail) every call.
+  setDebugLevel(env);
   // Under dcomm's launcher (DCOMM_LAUNCHER_PID) a rank exits when the launcher is gone (see watchLauncher).
   watchLauncher(env);
   // Each backend's create.ts does its own rendezvous: cpu and nccl through dcomm's store

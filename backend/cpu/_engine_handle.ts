@@ -43,6 +43,8 @@ export class EngineHandle {
   #onClosed!: () => void;
   /** The transport's kind, once connected. */
   transport = "";
+  /** The host index of every rank (hosts numbered in order of their first rank), once connected. */
+  hosts: readonly number[] = [];
   /** Sub-groups created so far, so every rank numbers them alike. */
   nextGroupId = 1;
   /** The staging pool of this rank (tensors that cannot be reached by address). */
@@ -84,6 +86,7 @@ export class EngineHandle {
     worker.on("message", (msg: FromEngine): void => {
       if (msg.type === "ready") {
         handle.transport = msg.transport;
+        handle.hosts = msg.hosts;
         segment = msg;
         ready.resolve();
       } else handle.#receive(msg, ready.reject);

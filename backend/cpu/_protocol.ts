@@ -163,7 +163,7 @@ export type ToEngine =
 
 /** Engine → main thread. */
 export type FromEngine =
-  | { type: "ready"; transport: string; segment?: SegmentAddress }
+  | { type: "ready"; transport: string; hosts: number[]; segment?: SegmentAddress }
   | { type: "done"; id: number; report: WorkReport }
   | { type: "error"; id: number; error: WireError }
   | { type: "failed"; error: WireError }

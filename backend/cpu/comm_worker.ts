@@ -68,7 +68,7 @@ async function start(config: EngineConfig): Promise<void> {
       )
     );
   }
-  post({ type: "ready", transport: transport.kind, segment: shared?.address });
+  post({ type: "ready", transport: transport.kind, hosts: connected.hosts, segment: shared?.address });
 }
 
 async function close(): Promise<void> {

@@ -7,9 +7,15 @@
  * @module
  */
 import { SYS_MREMAP } from "../../ffi/libc/libc.ts";
-import { checkSegmentLayout, DEFAULT_SEGMENT_LAYOUT, type SegmentLayout } from "../../transport/segment.ts";
+import {
+  checkSegmentLayout,
+  DEFAULT_SEGMENT_LAYOUT,
+  segmentAreaBytes,
+  type SegmentLayout,
+} from "../../transport/segment.ts";
 import { environment, Rendezvous } from "../_rendezvous.ts";
-import { defaultHostname } from "../env.ts";
+import { defaultHostname, hostPort } from "../env.ts";
+import { bytesText, debugLog, debugOn } from "../_debug.ts";
 import type { InitOptions } from "../init.ts";
 import { CpuProcessGroup } from "./cpu_group.ts";
 import { EngineHandle } from "./_engine_handle.ts";
@@ -92,8 +98,10 @@ export async function initCpu(options: InitOptions = {}): Promise<CpuProcessGrou
   const vars = environment(options);
   // Checked before anyone is met: a bad option fails here, not after the peers have connected.
   const segment = segmentConfig(options.segment, vars);
+  const began = performance.now();
   const rendezvous = await Rendezvous.join({ ...options, env: vars });
   const { info, timeoutMs } = rendezvous;
+  const met = performance.now();
   const inproc = options.inprocMesh !== undefined;
   let engine: EngineHandle;
   try {
@@ -119,6 +127,9 @@ export async function initCpu(options: InitOptions = {}): Promise<CpuProcessGrou
     throw e;
   }
   rendezvous.formed();
+  if (debugOn("info")) {
+    describeWorld(rendezvous, engine, segment.layout, met - began, performance.now() - met);
+  }
   return new CpuProcessGroup(engine, {
     id: 0,
     ranks: Array.from({ length: info.worldSize }, (_, i) => i),
@@ -128,4 +139,51 @@ export async function initCpu(options: InitOptions = {}): Promise<CpuProcessGrou
     store: { store: rendezvous.store, prefix: rendezvous.prefix },
     deterministic: options.deterministic ?? false,
   });
+}
+
+/** `DCOMM_DEBUG=info`: how this rank met the others, over what, and (rank 0) the hosts and the segment. */
+function describeWorld(
+  rendezvous: Rendezvous,
+  engine: EngineHandle,
+  layout: SegmentLayout | null,
+  meetMs: number,
+  connectMs: number,
+): void {
+  const { info, address, prefix, server } = rendezvous;
+  const me = { rank: info.rank, size: info.worldSize };
+  debugLog(
+    "info",
+    me,
+    `rendezvous: ${address.protocol} store at ${hostPort(address.hostname, address.port)} ` +
+      `(${server ? "served by this rank" : "joined"}, ${address.secret ? "with" : "without"} a secret, ` +
+      `prefix ${prefix}); ${info.worldSize} ranks met in ${meetMs.toFixed(0)} ms, connected in ` +
+      `${connectMs.toFixed(0)} ms; transport ${engine.transport}`,
+  );
+  if (info.rank !== 0) return;
+  const byHost = new Map<number, number[]>();
+  engine.hosts.forEach((h, r) => byHost.set(h, [...(byHost.get(h) ?? []), r]));
+  const runs = (ranks: number[]): string => {
+    const parts: string[] = [];
+    for (let i = 0; i < ranks.length;) {
+      let j = i;
+      while (j + 1 < ranks.length && ranks[j + 1] === ranks[j] + 1) j++;
+      parts.push(i === j ? `${ranks[i]}` : `${ranks[i]}-${ranks[j]}`);
+      i = j + 1;
+    }
+    return parts.join(",");
+  };
+  debugLog(
+    "info",
+    me,
+    `hosts: ${byHost.size} (${[...byHost].map(([h, rs]) => `host ${h}: ranks ${runs(rs)}`).join("; ")})`,
+  );
+  debugLog(
+    "info",
+    me,
+    engine.segment === undefined
+      ? `host segment: none (${layout === null ? "turned off" : `transport ${engine.transport}`})`
+      : `host segment: ${layout?.buffers} buffers of ${bytesText(layout?.bufferBytes ?? 0)}, pool ` +
+        `${bytesText(layout?.poolBytes ?? 0)}: ${bytesText(segmentAreaBytes(layout as SegmentLayout))} per ` +
+        "rank (its area in /dev/shm)",
+  );
 }
