@@ -48,6 +48,7 @@ import {
 import { Work } from "./work.ts";
 import { type FlightDump, flightDump, FlightRecorder, writeFlightDump } from "./flight.ts";
 import { debugLog, debugOn } from "./_debug.ts";
+import { timelineOn, timelineRecord } from "./_timeline.ts";
 import { checkWaitAll, monitoredBarrier, type MonitorStore } from "./_monitored_barrier.ts";
 import {
   allGatherObject,
@@ -683,6 +684,7 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
           work,
         );
         if (debugOn("detail")) this.#debugCall(collective, seq, parts.dtype, parts.count, work);
+        if (timelineOn()) timelineRecord(this.flight.key, seq, collective, parts.dtype, parts.count, work);
         return work;
       }
     }
@@ -713,6 +715,7 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
       work,
     );
     if (debugOn("detail")) this.#debugCall(collective, seq, parts.dtype, parts.count, work);
+    if (timelineOn()) timelineRecord(this.flight.key, seq, collective, parts.dtype, parts.count, work);
     return work;
   }
 

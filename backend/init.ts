@@ -18,6 +18,7 @@ import { recordErrors } from "./_error_file.ts";
 import { environment } from "./_rendezvous.ts";
 import { watchLauncher } from "./env.ts";
 import { setDebugLevel } from "./_debug.ts";
+import { setTimeline, writeTimeline } from "./_timeline.ts";
 
 export type { SegmentOptions };
 
@@ -125,13 +126,32 @@ export async function init(options: InitOptions = {}): Promise<ProcessGroup> {
     throw new TypeError(`Invalid deterministic: expected a boolean, found ${typeof options.deterministic}`);
   }
   if (options.deterministic && backend !== "cpu") throw deterministicUnsupported(backend, "init");
-  if (backend === "mpi") return await initMpiBackend(options);
-  if (backend === "nccl") {
+  // DCOMM_TIMELINE=out.json: every call kept, written when the world closes.
+  const timeline = setTimeline(env) !== undefined;
+  let pg: ProcessGroup;
+  if (backend === "mpi") pg = await initMpiBackend(options);
+  else if (backend === "nccl") {
     // One rank per GPU; the unique id travels through the same store rendezvous as the CPU backend's.
-    return await initNccl(options);
-  }
-  if (backend !== "cpu") {
+    pg = await initNccl(options);
+  } else if (backend !== "cpu") {
     throw new UnsupportedError(`The ${backend} backend is not available in this version of dcomm; use "cpu"`);
-  }
-  return await initCpu(options);
+  } else pg = await initCpu(options);
+  if (timeline) writeTimelineOnClose(pg);
+  return pg;
+}
+
+/** Makes the world group write the timeline (gathered on rank 0) before it closes. */
+function writeTimelineOnClose(pg: ProcessGroup): void {
+  const close = pg.close.bind(pg);
+  let closing: Promise<void> | undefined;
+  Object.defineProperty(pg, "close", {
+    value: () =>
+      closing ??= (async () => {
+        try {
+          await writeTimeline(pg);
+        } finally {
+          await close();
+        }
+      })(),
+  });
 }

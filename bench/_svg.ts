@@ -200,3 +200,61 @@ export function shareChart(
   out.push("</svg>");
   return out.join("\n") + "\n";
 }
+
+/** One slice of a timeline chart: a lane, a start and an end (ms), a kind (its colour) and a label. */
+export interface Slice {
+  /** The lane's label (`rank 0`). */
+  lane: string;
+  /** Start, ms from the chart's origin. */
+  start: number;
+  /** End, ms. */
+  end: number;
+  /** Its kind, e.g. `allReduce` or `queued`: one colour per kind, in the legend. */
+  kind: string;
+}
+
+/**
+ * A timeline (Gantt) chart: one lane per rank, each slice a box coloured by its kind.
+ *
+ * @param title The title.
+ * @param slices The slices.
+ * @returns The SVG document.
+ */
+export function timelineChart(title: string, slices: readonly Slice[]): string {
+  const lanes = [...new Set(slices.map((s) => s.lane))];
+  const kinds = [...new Set(slices.map((s) => s.kind))].sort();
+  const t0 = Math.min(...slices.map((s) => s.start)), t1 = Math.max(...slices.map((s) => s.end));
+  const laneH = 28, h = T + lanes.length * laneH + B;
+  const px = (t: number): number => L + ((t - t0) / (t1 - t0 || 1)) * (W - L - R);
+  const out: string[] = [
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${h}" font-family="sans-serif" font-size="12">`,
+    `<rect width="${W}" height="${h}" fill="white"/>`,
+    `<text x="${W / 2 - R / 2}" y="22" text-anchor="middle" font-size="14">${esc(title)}</text>`,
+    `<line x1="${L}" y1="${h - B}" x2="${W - R}" y2="${h - B}" stroke="black"/>`,
+  ];
+  const span = t1 - t0, step = 10 ** Math.floor(Math.log10(span / 2 || 1));
+  for (let t = 0; t <= span + 1e-9; t += step * (span / step > 10 ? 2 : 1)) {
+    out.push(`<line x1="${px(t0 + t)}" y1="${T}" x2="${px(t0 + t)}" y2="${h - B + 4}" stroke="#eee"/>`);
+    out.push(`<text x="${px(t0 + t)}" y="${h - B + 16}" text-anchor="middle">${+t.toPrecision(3)}</text>`);
+  }
+  out.push(`<text x="${(L + W - R) / 2}" y="${h - 12}" text-anchor="middle">time (ms)</text>`);
+  lanes.forEach((lane, i) => {
+    out.push(`<text x="${L - 6}" y="${T + i * laneH + laneH / 2 + 4}" text-anchor="end">${esc(lane)}</text>`);
+  });
+  for (const s of slices) {
+    const i = lanes.indexOf(s.lane), c = COLORS[kinds.indexOf(s.kind) % COLORS.length];
+    const x = px(s.start), w = Math.max(0.5, px(s.end) - x);
+    out.push(
+      `<rect x="${x.toFixed(2)}" y="${T + i * laneH + 4}" width="${w.toFixed(2)}" height="${
+        laneH - 8
+      }" fill="${c}"/>`,
+    );
+  }
+  kinds.forEach((k, i) => {
+    const c = COLORS[i % COLORS.length];
+    out.push(`<rect x="${W - R + 12}" y="${T + i * 18 - 4}" width="12" height="10" fill="${c}"/>`);
+    out.push(`<text x="${W - R + 30}" y="${T + i * 18 + 5}">${esc(k)}</text>`);
+  });
+  out.push("</svg>");
+  return out.join("\n") + "\n";
+}
