@@ -974,8 +974,15 @@ export function summarize(
         .join("\n");
   }
   const how = first.signal ? `was killed by ${first.signal}` : `exited with code ${first.code}`;
+  // A timeout that names a rank gone silent (the heartbeat): that rank, not the first to time out, is
+  // the likely cause.
+  const silent = first.tail.map((l) =>
+    /(ranks? [\d, rank]+) sent no heartbeat for [\d.]+ s/.exec(plain(l))?.[1]
+  )
+    .find((m) => m !== undefined);
   return [
-    `Rank ${first.rank} ${how}; the launcher stopped the other ranks.`,
+    `Rank ${first.rank} ${how}; the launcher stopped the other ranks.` +
+    (silent ? ` Its error names ${silent} as the likely cause: no heartbeat (stopped or hung?).` : ""),
     `Last lines of rank ${first.rank}:`,
     ...first.tail.map((l) => `  | ${plain(l)}`),
     ...ranks,

@@ -6,6 +6,7 @@
  *
  * @module
  */
+import { silentRanksText } from "./_heartbeat.ts";
 import { dtypeSize, type ReduceOp } from "../../core/dtype.ts";
 import { MismatchError, TimeoutError } from "../../core/errors.ts";
 import type { CollectiveContext, Comm } from "../../collectives/comm.ts";
@@ -171,7 +172,8 @@ export class MessageCall {
       ? `recv(${d.count} × ${d.dtype}) from ANY_SOURCE in group ${d.group}`
       : describeCall(d);
     return new TimeoutError(
-      `Timed out after ${this.#op.timeoutMs} ms in ${call} on rank ${this.#env.transport.rank}${waiting}`,
+      `Timed out after ${this.#op.timeoutMs} ms in ${call} on rank ${this.#env.transport.rank}${waiting}` +
+        silentRanksText(),
     );
   }
 

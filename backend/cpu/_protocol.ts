@@ -128,6 +128,8 @@ export interface EngineConfig {
   chunkBytes: number;
   /** Whether every message carries its call's descriptor for the mismatch check. */
   checkCalls: boolean;
+  /** The heartbeat's beat in ms (`_heartbeat.ts`), 0 for none. @default 500 */
+  heartbeatMs?: number;
   /** The ring of completed calls (`_completions.ts`); without it, completions come as messages. */
   completions?: SharedArrayBuffer;
   /** The ring of calls (`_requests.ts`); without it, calls come as messages. */

@@ -14,6 +14,7 @@ import { type WorkReport, workReport } from "../work.ts";
 import { segmentBytesPosted, type SegmentCall } from "./_segment_call.ts";
 import type { SegmentExecutor } from "./_segment_exec.ts";
 import { reached } from "../../transport/segment.ts";
+import { silentRanksText } from "./_heartbeat.ts";
 
 /** What a rank waits on the segment for, at most, between looks at the clock and the peers. */
 const LOOK_EVERY = 64;
@@ -226,7 +227,8 @@ export class SegmentRun {
         const peers = this.waitingOn();
         const waiting = peers.length ? `, waiting for rank ${peers.join(", rank ")}` : "";
         const error = new TimeoutError(
-          `Timed out after ${timeoutMs} ms in ${this.#named.description} on rank ${seg.rank}${waiting}`,
+          `Timed out after ${timeoutMs} ms in ${this.#named.description} on rank ${seg.rank}${waiting}` +
+            silentRanksText(),
         );
         // Marked in the segment before anything else: a late peer that completes the call from now on
         // sees it given up and fails too (the engine's abort after this keeps this first reason).

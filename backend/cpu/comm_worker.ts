@@ -5,6 +5,7 @@
  *
  * @module
  */
+import { Heartbeat } from "./_heartbeat.ts";
 import { type MessagePort, parentPort } from "node:worker_threads";
 import { DistError } from "../../core/errors.ts";
 import { openStore } from "../_rendezvous.ts";
@@ -33,6 +34,8 @@ function post(message: FromEngine): void {
 
 let engine: Engine | undefined;
 let store: Store | undefined;
+/** This rank's heartbeat in the store, once connected. */
+let heartbeat: Heartbeat | undefined;
 let transport: Transport | undefined;
 let completions: CompletionWriter | undefined;
 let requests: RequestReader | undefined;
@@ -68,11 +71,14 @@ async function start(config: EngineConfig): Promise<void> {
       )
     );
   }
+  const beat = config.heartbeatMs ?? 500;
+  if (beat > 0 && config.size > 1) heartbeat = new Heartbeat(store, config.rank, config.size, beat);
   post({ type: "ready", transport: transport.kind, hosts: connected.hosts, segment: shared?.address });
 }
 
 async function close(): Promise<void> {
   requests?.stop();
+  heartbeat?.stop();
   try {
     await engine?.close();
   } catch {

@@ -19,6 +19,7 @@ import { bytesText, debugLog, debugOn } from "../_debug.ts";
 import type { InitOptions } from "../init.ts";
 import { CpuProcessGroup } from "./cpu_group.ts";
 import { EngineHandle } from "./_engine_handle.ts";
+import { heartbeatMs } from "./_heartbeat.ts";
 
 /**
  * How the ranks of one host share memory for collectives (the cpu backend over shared memory): every
@@ -117,6 +118,7 @@ export async function initCpu(options: InitOptions = {}): Promise<CpuProcessGrou
       timeoutMs,
       chunkBytes: options.chunkBytes ?? 1 << 20,
       checkCalls: options.checkCalls ?? true,
+      heartbeatMs: heartbeatMs(vars["DCOMM_HEARTBEAT_MS"]),
       segment: segment.layout,
       segmentSpinMs: segment.options.spinMs ?? 0.2,
       segmentInlineBytes: segment.options.inlineBytes,

@@ -14,6 +14,7 @@
  *
  * @module
  */
+import { heartbeatBusy } from "./_heartbeat.ts";
 import { dtypeSize } from "../../core/dtype.ts";
 import { DistError } from "../../core/errors.ts";
 import type { Transport } from "../../transport/transport.ts";
@@ -216,6 +217,7 @@ export class Engine {
   #begin(id: number): Promise<never> {
     const { promise, reject } = Promise.withResolvers<never>();
     this.#running = { id, fail: reject };
+    heartbeatBusy(performance.now());
     return promise;
   }
 
@@ -259,6 +261,7 @@ export class Engine {
     } finally {
       this.#deadline.clear();
       this.#running = undefined;
+      heartbeatBusy(undefined);
       this.#scratch.reset();
     }
     return call.report();
@@ -278,6 +281,7 @@ export class Engine {
       throw this.#fatal(e);
     } finally {
       this.#running = undefined;
+      heartbeatBusy(undefined);
     }
     return run.report(this.#transport.kind);
   }
