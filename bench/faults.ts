@@ -306,7 +306,8 @@ const badInputs: { call: string; error: string; clear: boolean }[] = [];
     badInputs.push({
       call,
       error: message,
-      clear: error instanceof Error && /expected|not available/i.test(message),
+      clear: error instanceof Error &&
+        (/not available/.test(message) || (/found/.test(message) && /expected|must|holds/.test(message))),
     });
   }
 }
