@@ -16,20 +16,15 @@ await using pg = await init();
 const out: { bytes: number; iters: number; on: number[]; off: number[] }[] = [];
 for (const bytes of sizes) {
   const t = new Float32Array(Math.max(1, bytes / 4));
-  // Calibrate: iterations that take about budgetMs (rank 0's count, for every rank).
-  let iters = 1;
-  for (;;) {
-    await pg.barrier();
-    const t0 = performance.now();
-    for (let i = 0; i < iters; i++) await pg.allReduce(t);
-    const ms = new Float64Array([performance.now() - t0]);
-    await pg.broadcast(ms);
-    if (ms[0] >= budgetMs / 4 || iters > 1e7) {
-      iters = Math.max(1, Math.round(iters * budgetMs / Math.max(ms[0], 1e-3)));
-      break;
-    }
-    iters *= 4;
-  }
+  // Warm up, then calibrate: iterations that take about budgetMs (rank 0's count, for every rank).
+  const probe = bytes >= 1 << 20 ? 20 : 2000;
+  for (let i = 0; i < probe; i++) await pg.allReduce(t);
+  await pg.barrier();
+  const t0 = performance.now();
+  for (let i = 0; i < probe; i++) await pg.allReduce(t);
+  const ms = new Float64Array([performance.now() - t0]);
+  await pg.broadcast(ms);
+  let iters = Math.max(1, Math.round(probe * budgetMs / Math.max(ms[0], 1e-3)));
   const count = new Float64Array([iters]);
   await pg.broadcast(count);
   iters = count[0];
