@@ -13,6 +13,23 @@
  * inbox per reader rather than per pair gives each rank a single doorbell to sleep on, whoever it waits
  * for.)
  *
+ * ## Fitting `/dev/shm`
+ * With a host segment, rank 0 first reads the free space of `/dev/shm` (`statvfs`) and publishes under
+ * `<prefix>segment` the layout every rank then uses: the one asked for if the world's objects fit, else the
+ * same with smaller buffers, else none (the rings alone), with one warning on stderr that says why and how
+ * to get the segment back (Docker's default 64 MiB `/dev/shm` holds 4 ranks of 4 MiB rings with buffers
+ * of 512 KiB, not the default 1 MiB). The other ranks read it before they create their objects. A rank
+ * whose object cannot be created removes it, publishes the reason under its inbox key instead of an
+ * address (so its peers fail at once, naming it, rather than at the timeout), and throws a
+ * `TransportError` that says how much `/dev/shm` has and needs, and the fixes.
+ *
+ * While a rank holds a name it created and not yet removed, SIGINT, SIGTERM and SIGHUP remove it first:
+ * a listener unlinks the names, removes itself and sends the signal again, so its default action still
+ * happens (a program with listeners of its own for that signal hears it twice). A thrown error or timeout
+ * removes it too, and a peer that exits before it mapped this rank's inbox fails the connect within about
+ * 100 ms. SIGKILL cannot be caught: a rank killed so during the connect phase leaves its object
+ * (`rm /dev/shm/dcomm-<pid>-*`).
+ *
  * ## Waiting
  * The memory is a plain ArrayBuffer over the mapping: `Atomics` loads, stores and adds work on it, but
  * `Atomics.wait` and `waitAsync` do not. A waiting rank spins on its doorbell for `spinUs`, then sleeps in
@@ -48,17 +65,23 @@
 import { TimeoutError, TransportError } from "../core/errors.ts";
 import {
   close as closeFd,
+  ENOMEM,
+  ENOSPC,
   fallocate,
+  type FsSpace,
   ftruncate,
   futexWait,
   futexWake,
   getpid,
+  LibcError,
   mmapShared,
   munmap,
   processExists,
   type SharedMapping,
   shmOpen,
   shmUnlink,
+  signalProcess,
+  statvfs,
   SYS_FUTEX,
 } from "../ffi/libc/libc.ts";
 import type { Store } from "../store/store.ts";
@@ -135,6 +158,20 @@ export interface ShmTransportOptions {
    * @default undefined (no segment)
    */
   segment?: SegmentLayout;
+  /**
+   * With a `segment`: whether rank 0 may shrink it to what `/dev/shm` has free (smaller buffers, or no
+   * segment at all), with a warning, rather than let the ranks fail with ENOSPC. Every rank must pass the
+   * same value. {@linkcode ShmTransport.segment} has the layout used.
+   *
+   * @default {true}
+   */
+  fitSegment?: boolean;
+  /**
+   * Where rank 0 writes its one line about a segment shrunk or turned off to fit `/dev/shm`.
+   *
+   * @default console.error
+   */
+  log?: (line: string) => void;
 }
 
 /** What a rank publishes about its inbox. */
@@ -145,6 +182,101 @@ interface InboxAddress {
   pid: number;
   /** The segment's layout, or null without one. */
   segment: SegmentLayout | null;
+  /** The owner's pid namespace (`/proc/self/ns/pid`), where readable: its pid means something here. */
+  pidNamespace?: string;
+}
+
+/** What a rank publishes under its inbox key instead when it could not create its inbox. */
+interface InboxFailure {
+  /** Why, as its own error said. */
+  error: string;
+  pid: number;
+}
+
+/** What rank 0 publishes under `<prefix>segment`: the layout asked for, and the one every rank uses. */
+interface SegmentPlan {
+  asked: SegmentLayout | null;
+  segment: SegmentLayout | null;
+}
+
+/** Where POSIX shared memory lives on Linux. */
+const SHM_DIR = "/dev/shm";
+/** The smallest buffers a shrunk segment gets: below that the rings serve as well. */
+const MIN_SHRUNK_BUFFER_BYTES = 65536;
+
+/** The signals whose default action ends a process, and that a rank holding a name intercepts. */
+const CLEANUP_SIGNALS: readonly (readonly [Deno.Signal, number])[] = [
+  ["SIGINT", 2],
+  ["SIGTERM", 15],
+  ["SIGHUP", 1],
+];
+/** The names this thread created in `/dev/shm` and has not removed yet. */
+const held = new Set<string>();
+/** The signal listeners, while `held` has names. */
+let cleanupListeners: [Deno.Signal, () => void][] | undefined;
+
+let ownPidNamespace: string | null | undefined;
+
+/** This process's pid namespace, or null where `/proc` is not readable. */
+function pidNamespace(): string | null {
+  if (ownPidNamespace === undefined) {
+    try {
+      ownPidNamespace = Deno.readLinkSync("/proc/self/ns/pid");
+    } catch {
+      ownPidNamespace = null;
+    }
+  }
+  return ownPidNamespace;
+}
+
+function unlinkQuietly(name: string): void {
+  try {
+    shmUnlink(name);
+  } catch {
+    // Best effort: whatever got us here matters more.
+  }
+}
+
+function dropCleanupListeners(): void {
+  for (const [signal, listener] of cleanupListeners ?? []) {
+    try {
+      Deno.removeSignalListener(signal, listener);
+    } catch {
+      // Already gone.
+    }
+  }
+  cleanupListeners = undefined;
+}
+
+/**
+ * Notes that `name` is about to be created: until {@linkcode releaseName}, a SIGINT, SIGTERM or SIGHUP
+ * removes it (and every other name held), removes the listeners and sends itself the signal again.
+ */
+function holdName(name: string): void {
+  held.add(name);
+  if (cleanupListeners !== undefined) return;
+  cleanupListeners = [];
+  for (const [signal, number] of CLEANUP_SIGNALS) {
+    const listener = (): void => {
+      for (const n of held) unlinkQuietly(n);
+      held.clear();
+      dropCleanupListeners();
+      // With nobody here listening, the signal does what it would have done without us.
+      signalProcess(getpid(), number);
+    };
+    try {
+      Deno.addSignalListener(signal, listener);
+      cleanupListeners.push([signal, listener]);
+    } catch {
+      // A signal this platform does not deliver to listeners.
+    }
+  }
+}
+
+/** Forgets `name` (removed by now); the listeners go with the last one. */
+function releaseName(name: string): void {
+  held.delete(name);
+  if (held.size === 0) dropCleanupListeners();
 }
 
 /** Sleeps in a futex wait on the own doorbell; wakes peers with a futex wake on theirs. */
@@ -201,7 +333,12 @@ interface Connecting {
   readonly timeoutMs: number;
   readonly spinUs: number;
   readonly prefix: string;
-  readonly layout: SegmentLayout | undefined;
+  /** The segment's layout asked for. */
+  readonly asked: SegmentLayout | undefined;
+  readonly fitSegment: boolean;
+  readonly log: (line: string) => void;
+  /** The layout used: the one asked for, or what rank 0 shrank it to (see `fitLayout`). */
+  layout: SegmentLayout | undefined;
   /** The ranks this one connects to, sorted, without itself. */
   readonly peers: readonly number[];
   readonly deadline: number;
@@ -209,11 +346,32 @@ interface Connecting {
   /** The name of this rank's segment in `/dev/shm`. */
   readonly name: string;
   /** Where the segment area starts in each rank's object. */
-  readonly areaOffset: number;
+  areaOffset: number;
   /** Bytes of each rank's object. */
-  readonly bytes: number;
+  bytes: number;
   /** Every rank's object once mapped here, this rank's own included; a failed connect unmaps them. */
   readonly mappings: (SharedMapping | undefined)[];
+  /** Each peer's pid, once its address is read. */
+  readonly pids: (number | undefined)[];
+  /** Aborted when the connect fails: waits still pending stop. */
+  readonly abort: AbortController;
+}
+
+/** Where the segment area starts in a rank's object, and the object's bytes. */
+function objectShape(
+  size: number,
+  ringBytes: number,
+  layout: SegmentLayout | undefined,
+): { areaOffset: number; bytes: number } {
+  // The segment area follows the inbox, 64 KiB-aligned (wasm pages, for mapping it into wasm memory).
+  const areaOffset = Math.ceil(inboxBytes(size, ringBytes) / 65536) * 65536;
+  const bytes = layout === undefined ? inboxBytes(size, ringBytes) : areaOffset + segmentAreaBytes(layout);
+  return { areaOffset, bytes };
+}
+
+/** The bytes of `/dev/shm` that `size` objects of `bytes` take (tmpfs allocates whole pages). */
+function worldBytes(size: number, bytes: number): number {
+  return size * Math.ceil(bytes / 4096) * 4096;
 }
 
 /** Checks `connect`'s options, fills in the defaults, and starts the clock. */
@@ -237,11 +395,10 @@ function connecting(store: Store, options: ShmTransportOptions): Connecting {
   if (layout !== undefined && peers.length !== size - 1) {
     throw new RangeError("A host segment needs every rank: a shm transport with peers has none");
   }
+  const log = options.log ?? ((line: string) => console.error(line));
+  if (typeof log !== "function") throw new TypeError(`Expected a function log, found ${typeof log}`);
   const deadline = performance.now() + timeoutMs;
   const pid = getpid();
-  // The segment area follows the inbox, 64 KiB-aligned (wasm pages, for mapping it into wasm memory).
-  const areaOffset = Math.ceil(inboxBytes(size, ringBytes) / 65536) * 65536;
-  const bytes = layout === undefined ? inboxBytes(size, ringBytes) : areaOffset + segmentAreaBytes(layout);
   return {
     store,
     rank,
@@ -250,15 +407,24 @@ function connecting(store: Store, options: ShmTransportOptions): Connecting {
     timeoutMs,
     spinUs,
     prefix,
+    asked: layout,
+    fitSegment: options.fitSegment ?? true,
+    log,
     layout,
     peers,
     deadline,
     pid,
     name: `/dcomm-${pid}-${rank}-${randomHex(8)}`,
-    areaOffset,
-    bytes,
+    ...objectShape(size, ringBytes, layout),
     mappings: new Array(size).fill(undefined),
+    pids: new Array(size).fill(undefined),
+    abort: new AbortController(),
   };
+}
+
+function useLayout(c: Connecting, layout: SegmentLayout | undefined): void {
+  c.layout = layout;
+  Object.assign(c, objectShape(c.size, c.ringBytes, layout));
 }
 
 function shapeOf(c: Connecting, owner: number): InboxShape {
@@ -269,17 +435,189 @@ function unmapAll(mappings: readonly (SharedMapping | undefined)[]): void {
   for (const mapping of mappings) if (mapping !== undefined) munmap(mapping);
 }
 
+const MIB = 1 << 20;
+
+function mib(bytes: number): string {
+  return `${(bytes / MIB).toFixed(1)} MiB`;
+}
+
+/** At least `bytes`, in whole MiB: what `docker run --shm-size=<n>m` takes. */
+function ceilMib(bytes: number): number {
+  return Math.ceil(bytes / MIB);
+}
+
+function bytesText(bytes: number): string {
+  if (bytes % MIB === 0) return `${bytes / MIB} MiB`;
+  return bytes % 1024 === 0 ? `${bytes / 1024} KiB` : `${bytes} bytes`;
+}
+
+function segmentText(l: SegmentLayout | null | undefined): string {
+  return l
+    ? `${l.buffers} segment buffers of ${l.bufferBytes} bytes and a pool of ${l.poolBytes ?? 0} bytes`
+    : "no segment";
+}
+
+/** The bytes of `/dev/shm` this world takes with `layout`. */
+function needs(c: Connecting, layout: SegmentLayout | undefined): number {
+  return worldBytes(c.size, objectShape(c.size, c.ringBytes, layout).bytes);
+}
+
+function freeSpace(): FsSpace | undefined {
+  try {
+    return statvfs(SHM_DIR);
+  } catch {
+    return undefined; // not known here: the creation finds out
+  }
+}
+
+/** `layout` with smaller buffers (halved, down to 64 KiB), the largest that fits `freeBytes`. */
+function smallerLayout(c: Connecting, layout: SegmentLayout, freeBytes: number): SegmentLayout | undefined {
+  for (
+    let bufferBytes = Math.floor(layout.bufferBytes / 2 / 4096) * 4096;
+    bufferBytes >= MIN_SHRUNK_BUFFER_BYTES;
+    bufferBytes = Math.floor(bufferBytes / 2 / 4096) * 4096
+  ) {
+    const smaller = { ...layout, bufferBytes };
+    if (needs(c, smaller) <= freeBytes) return smaller;
+  }
+  return undefined;
+}
+
 /**
- * Creates this rank's object in `/dev/shm` with its pages reserved, maps it, writes an empty inbox (and
- * segment area) into it, and publishes its address.
+ * Rank 0's choice of the layout every rank uses: the one asked for if the world's objects fit the free
+ * space of `/dev/shm`, else the same with smaller buffers, else none; with one line to the log when it
+ * is not the one asked for. Kept as asked when even the rings do not fit (the creation then fails and
+ * says how to fix it), or the free space cannot be read.
  */
-async function createInbox(c: Connecting): Promise<void> {
+function fitLayout(c: Connecting): SegmentLayout | undefined {
+  const asked = c.asked;
+  if (asked === undefined || !c.fitSegment) return asked;
+  const space = freeSpace();
+  if (space === undefined) return asked;
+  const need = needs(c, asked);
+  if (need <= space.freeBytes || needs(c, undefined) > space.freeBytes) return asked;
+  const smaller = smallerLayout(c, asked, space.freeBytes);
+  const rings = mib(needs(c, undefined));
+  const [from, to] = [bytesText(asked.bufferBytes), bytesText(smaller?.bufferBytes ?? 0)];
+  const used = smaller === undefined
+    ? `running without the host segment (${rings}): collectives use the rings alone`
+    : `using segment buffers of ${to} instead of ${from} (${mib(needs(c, smaller))})`;
+  const fits = ceilMib(space.totalBytes - space.freeBytes + need);
+  c.log(
+    `dcomm: ${SHM_DIR} has ${mib(space.freeBytes)} free, but the ${c.size} ranks of this host need ` +
+      `${mib(need)} with ${segmentText(asked)}: ${used}. To get the segment back, give ${SHM_DIR} at ` +
+      `least ${fits} MiB (docker run --shm-size=${fits}m); DCOMM_SEGMENT=0 or init({ segment: false }) ` +
+      `turns it off without this line`,
+  );
+  return smaller;
+}
+
+/** Whether rank 0 decides the layout for everyone: in a world of every rank, not a host's part of one. */
+function plans(c: Connecting): boolean {
+  return c.peers.length === c.size - 1;
+}
+
+/**
+ * Rank 0: chooses the layout and publishes it (with the one asked for, so ranks that asked for another
+ * fail). Resolves with the error of the publication, if any, so that it can wait while the inbox is made.
+ */
+function publishPlan(c: Connecting): Promise<unknown> {
+  if (!plans(c)) return Promise.resolve(undefined);
+  useLayout(c, fitLayout(c));
+  const plan: SegmentPlan = { asked: c.asked ?? null, segment: c.layout ?? null };
+  return c.store.set(`${c.prefix}segment`, JSON.stringify(plan)).then(() => undefined, (e: unknown) => e);
+}
+
+/** The other ranks, with a segment: read rank 0's choice before they create their inboxes. */
+async function readPlan(c: Connecting): Promise<void> {
+  if (!plans(c) || c.asked === undefined) return;
+  let value: Uint8Array;
+  try {
+    value = await c.store.get(`${c.prefix}segment`, {
+      timeoutMs: Math.max(1, c.deadline - performance.now()),
+      signal: c.abort.signal,
+    });
+  } catch (error) {
+    if (!(error instanceof TimeoutError)) throw error;
+    throw new TimeoutError(
+      `Cannot connect the shm transport of rank ${c.rank}: rank 0 did not show up within ${c.timeoutMs} ms`,
+      { cause: error },
+    );
+  }
+  const plan = JSON.parse(new TextDecoder().decode(value)) as SegmentPlan;
+  if (segmentText(plan.asked) !== segmentText(c.asked)) {
+    throw new TransportError(
+      `Rank 0 uses ${segmentText(plan.asked)} but rank ${c.rank} uses ${segmentText(c.asked)}`,
+      { peer: 0 },
+    );
+  }
+  useLayout(c, plan.segment ?? undefined);
+}
+
+/** The error of a failed creation: with the space needed and free, and the fixes, when it is space. */
+function createError(c: Connecting, error: unknown): TransportError {
+  const code = error instanceof LibcError ? error.errno : undefined;
+  const what = `Cannot create the shared memory of rank ${c.rank} in ${SHM_DIR} (${c.bytes} bytes): ` +
+    (error instanceof Error ? error.message : String(error));
+  if (code !== ENOSPC && code !== ENOMEM) return new TransportError(what, { cause: error });
+  const space = freeSpace();
+  const need = needs(c, c.layout);
+  const segment = c.layout === undefined
+    ? ""
+    : ` and an area of ${segmentAreaBytes(c.layout)} bytes for the host segment (${segmentText(c.layout)})`;
+  const fixes = [
+    `give ${SHM_DIR} at least ${ceilMib(need)} MiB (docker run --shm-size=${ceilMib(need)}m; on Kubernetes ` +
+    `an emptyDir with medium: Memory and a sizeLimit mounted there)`,
+  ];
+  // Only the fixes that fit this /dev/shm at all (its size: the other ranks may hold some of it now).
+  const room = space?.totalBytes ?? Infinity;
+  if (c.layout !== undefined && needs(c, undefined) <= room) {
+    fixes.push(
+      `turn the host segment off (DCOMM_SEGMENT=0 or init({ segment: false }): ${mib(needs(c, undefined))})`,
+    );
+    const smaller = smallerLayout(c, c.layout, Math.min(room, need - 1));
+    if (smaller !== undefined) {
+      fixes.push(
+        `use a smaller segment (init({ segment: { bufferBytes: ${smaller.bufferBytes} } }): ` +
+          `${mib(needs(c, smaller))})`,
+      );
+    }
+  }
+  fixes.push("run fewer ranks on this host");
+  return new TransportError(
+    `${what}. The ${c.size} ranks of this host need ${need} bytes (${mib(need)}) of ${SHM_DIR} in all, ` +
+      `${c.bytes} bytes each: rings of ${c.ringBytes} bytes from each of ${c.size - 1} ` +
+      `peer${c.size > 2 ? "s" : ""}${segment}; ` +
+      (space === undefined
+        ? `${SHM_DIR} is full. `
+        : `${SHM_DIR} has ${space.freeBytes} bytes (${mib(space.freeBytes)}) free of ${space.totalBytes}. `) +
+      `Fixes: ${fixes.join("; or ")}`,
+    { cause: error },
+  );
+}
+
+/**
+ * Creates this rank's object in `/dev/shm` with its pages reserved, maps it and writes an empty inbox
+ * (and segment area) into it. From just before the creation on, a signal removes the name. A failure
+ * removes it too.
+ */
+function createInbox(c: Connecting): void {
   const { rank, layout } = c;
-  const fd = shmOpen(c.name, { create: true });
+  holdName(c.name);
+  let fd: number;
+  try {
+    fd = shmOpen(c.name, { create: true });
+  } catch (error) {
+    throw createError(c, error);
+  }
   try {
     ftruncate(fd, c.bytes);
     fallocate(fd, c.bytes);
     c.mappings[rank] = mmapShared(fd, c.bytes);
+  } catch (error) {
+    // Removed before the free space is read for the message: what it says is what the others have.
+    unlinkQuietly(c.name);
+    throw createError(c, error);
   } finally {
     closeFd(fd);
   }
@@ -287,14 +625,35 @@ async function createInbox(c: Connecting): Promise<void> {
   if (layout !== undefined) {
     initSegmentArea(c.mappings[rank].buffer, c.areaOffset, { layout, rank, size: c.size, pid: c.pid });
   }
+}
+
+/** Publishes this rank's inbox address. */
+async function publishInbox(c: Connecting): Promise<void> {
   const address: InboxAddress = {
     name: c.name,
     size: c.size,
     ringBytes: c.ringBytes,
     pid: c.pid,
-    segment: layout ?? null,
+    segment: c.layout ?? null,
+    pidNamespace: pidNamespace() ?? undefined,
   };
-  await c.store.set(`${c.prefix}inbox/${rank}`, JSON.stringify(address));
+  await c.store.set(`${c.prefix}inbox/${c.rank}`, JSON.stringify(address));
+}
+
+/**
+ * Publishes, instead of an address, why this rank has no inbox, so that its peers fail now, naming it, and
+ * not at their timeout. Best effort, for at most a second. A timeout is not published: the peers time
+ * out as well, naming whom they waited for.
+ */
+async function publishFailure(c: Connecting, error: unknown): Promise<void> {
+  if (error instanceof TimeoutError) return;
+  const failure: InboxFailure = { error: error instanceof Error ? error.message : String(error), pid: c.pid };
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  await Promise.race([
+    c.store.set(`${c.prefix}inbox/${c.rank}`, JSON.stringify(failure)).catch(() => {}),
+    new Promise<void>((resolve) => timer = setTimeout(resolve, 1000)),
+  ]);
+  clearTimeout(timer);
 }
 
 /** Throws if `peer` runs with another world size, ring size or segment layout. */
@@ -307,10 +666,6 @@ function checkAddress(c: Connecting, peer: number, theirs: InboxAddress): void {
       { peer },
     );
   }
-  const segmentText = (l: SegmentLayout | null | undefined): string =>
-    l
-      ? `${l.buffers} segment buffers of ${l.bufferBytes} bytes and a pool of ${l.poolBytes ?? 0} bytes`
-      : "no segment";
   if (segmentText(theirs.segment) !== segmentText(c.layout)) {
     throw new TransportError(
       `Rank ${peer} uses ${segmentText(theirs.segment)} but rank ${rank} uses ${segmentText(c.layout)}`,
@@ -321,13 +676,25 @@ function checkAddress(c: Connecting, peer: number, theirs: InboxAddress): void {
 
 /**
  * Maps `peer`'s inbox once it is published, writes this rank's pid into the ring it writes there, and
- * counts itself in; the last to attach removes the inbox's name.
+ * counts itself in; the last to attach removes the inbox's name. Throws at once if the peer published
+ * that it failed instead.
  */
 async function attachPeer(c: Connecting, peer: number): Promise<void> {
   const value = await c.store.get(`${c.prefix}inbox/${peer}`, {
     timeoutMs: Math.max(1, c.deadline - performance.now()),
+    signal: c.abort.signal,
   });
-  const theirs = JSON.parse(new TextDecoder().decode(value)) as InboxAddress;
+  // The connect failed meanwhile (and unmapped what it had): map nothing more.
+  if (c.abort.signal.aborted) return;
+  const record = JSON.parse(new TextDecoder().decode(value)) as InboxAddress | InboxFailure;
+  if ("error" in record) {
+    throw new TransportError(
+      `Cannot connect the shm transport of rank ${c.rank}: rank ${peer} (pid ${record.pid}) failed: ` +
+        record.error,
+      { peer },
+    );
+  }
+  const theirs = record;
   checkAddress(c, peer, theirs);
   let fd: number;
   try {
@@ -344,43 +711,73 @@ async function attachPeer(c: Connecting, peer: number): Promise<void> {
   } finally {
     closeFd(fd);
   }
+  // Watched if it is in this pid namespace; where that is not known, if its pid is found from here (one
+  // that is not is in another namespace, or dead already: then the timeout tells).
+  const here = pidNamespace();
+  const watched = here !== null && theirs.pidNamespace !== undefined
+    ? theirs.pidNamespace === here
+    : processExists(theirs.pid);
+  c.pids[peer] = watched ? theirs.pid : undefined;
   const inbox = new Inbox(c.mappings[peer].buffer, shapeOf(c, peer));
   inbox.ring(c.rank).setPid("writer", c.pid);
   if (Atomics.add(inbox.words, I_ATTACHED, 1) + 1 === c.peers.length) shmUnlink(theirs.name);
 }
 
 /**
- * Attaches to every peer's inbox; throws the first error that is no timeout, else one timeout naming
- * every peer that did not show up.
+ * Attaches to every peer's inbox; throws the first error that is no timeout as soon as it comes (the
+ * waits still pending stop), else one timeout naming every peer that did not show up.
  */
 async function attachPeers(c: Connecting): Promise<void> {
-  const { peers } = c;
-  const attached = await Promise.allSettled(peers.map((peer) => attachPeer(c, peer)));
-  const failures = peers.flatMap((peer, i) => {
-    const result = attached[i];
-    return result.status === "rejected" ? [{ peer, reason: result.reason as unknown }] : [];
+  const timeouts: { peer: number; reason: TimeoutError }[] = [];
+  await new Promise<void>((resolve, reject) => {
+    let pending = c.peers.length;
+    if (pending === 0) resolve();
+    for (const peer of c.peers) {
+      attachPeer(c, peer).catch((reason: unknown) => {
+        if (reason instanceof TimeoutError) {
+          timeouts.push({ peer, reason });
+          return;
+        }
+        c.abort.abort(reason);
+        reject(reason);
+      }).finally(() => {
+        if (--pending === 0) resolve();
+      });
+    }
   });
-  const other = failures.find((failure) => !(failure.reason instanceof TimeoutError));
-  if (other !== undefined) throw other.reason;
-  if (failures.length > 0) {
+  if (timeouts.length > 0) {
+    timeouts.sort((a, b) => a.peer - b.peer);
     throw new TimeoutError(
-      `Cannot connect the shm transport of rank ${c.rank}: ${ranksText(failures.map((f) => f.peer))} did ` +
+      `Cannot connect the shm transport of rank ${c.rank}: ${ranksText(timeouts.map((f) => f.peer))} did ` +
         `not show up within ${c.timeoutMs} ms`,
-      { cause: failures[0].reason },
+      { cause: timeouts[0].reason },
     );
   }
 }
 
-/** Waits until every peer has mapped this rank's inbox. */
+/** Waits until every peer has mapped this rank's inbox; fails soon if one exits first. */
 async function awaitAttached(c: Connecting): Promise<void> {
   const own = new Inbox((c.mappings[c.rank] as SharedMapping).buffer, shapeOf(c, c.rank));
+  const missing = (): number[] => c.peers.filter((peer) => own.ring(peer).pid("writer") === 0);
+  let checked = performance.now();
   for (let wait = 1; Atomics.load(own.words, I_ATTACHED) < c.peers.length; wait = Math.min(wait * 2, 10)) {
-    if (performance.now() >= c.deadline) {
-      const missing = c.peers.filter((peer) => own.ring(peer).pid("writer") === 0);
+    const now = performance.now();
+    if (now >= c.deadline) {
       throw new TimeoutError(
-        `Cannot connect the shm transport of rank ${c.rank}: ${ranksText(missing)} did not map its inbox ` +
+        `Cannot connect the shm transport of rank ${c.rank}: ${ranksText(missing())} did not map its inbox ` +
           `within ${c.timeoutMs} ms`,
       );
+    }
+    if (now - checked >= 100) {
+      checked = now;
+      const gone = missing().find((peer) => c.pids[peer] !== undefined && hasExited(c.pids[peer]));
+      if (gone !== undefined) {
+        throw new TransportError(
+          `Cannot connect the shm transport of rank ${c.rank}: rank ${gone} (pid ${c.pids[gone]}) exited ` +
+            `before it mapped its inbox`,
+          { peer: gone },
+        );
+      }
     }
     await sleep(wait);
   }
@@ -480,24 +877,37 @@ export class ShmTransport implements Transport {
    * @returns The connected transport.
    * @throws {TypeError | RangeError} If an option is invalid.
    * @throws {TimeoutError} If some rank did not show up within `timeoutMs`; the message names each one.
-   * @throws {TransportError} If a rank runs with another world size or ring size.
-   * @throws {LibcError} If a segment cannot be created, sized or mapped (`/dev/shm` full: ENOSPC).
+   * @throws {TransportError} If a rank runs with another world size, ring size or segment layout; if
+   * this rank's object cannot be created, sized or mapped (`/dev/shm` full: the message says how much it
+   * needs and has, and the fixes), or a peer's could not be (the message names it and its reason); or if a
+   * peer exited before it mapped this rank's inbox.
    */
   static async connect(store: Store, options: ShmTransportOptions): Promise<ShmTransport> {
     const c = connecting(store, options);
     try {
-      await createInbox(c);
+      try {
+        // Rank 0 publishes the layout while it creates its inbox; the others wait for it first.
+        let published: Promise<unknown> = Promise.resolve(undefined);
+        if (c.rank === 0) published = publishPlan(c);
+        else await readPlan(c);
+        createInbox(c);
+        const failed = await published;
+        if (failed !== undefined) throw failed;
+      } catch (error) {
+        await publishFailure(c, error);
+        throw error;
+      }
+      await publishInbox(c);
       await attachPeers(c);
       await awaitAttached(c);
       shmUnlink(c.name);
     } catch (error) {
-      try {
-        shmUnlink(c.name);
-      } catch {
-        // Best effort: the error that got us here matters more.
-      }
+      unlinkQuietly(c.name);
+      c.abort.abort(error);
       unmapAll(c.mappings);
       throw error;
+    } finally {
+      releaseName(c.name);
     }
     const segment = attachSegment(c);
     return new ShmTransport(ringTransport(c), segment);

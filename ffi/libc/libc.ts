@@ -103,6 +103,14 @@ export const LIBC_SYMBOLS = {
     ],
     result: "i32",
   },
+  statvfs: {
+    // int statvfs(const char *path, struct statvfs *buf);
+    parameters: [
+      "buffer", // const char *path (NUL-terminated)
+      "buffer", // struct statvfs *buf (112 bytes on 64-bit glibc and musl; see statvfs() below)
+    ],
+    result: "i32",
+  },
   getpid: {
     // pid_t getpid(void);
     parameters: [],
@@ -251,6 +259,8 @@ export const EPERM = 1;
 export const EEXIST = 17;
 /** errno: no space left on device. */
 export const ENOSPC = 28;
+/** errno: out of memory (also `mmap` beyond what the system may commit). */
+export const ENOMEM = 12;
 /** `poll` event: there is data to read. */
 export const POLLIN = 0x1;
 /** errno: interrupted by a signal; the call can be made again. */
@@ -799,4 +809,60 @@ export function processExists(pid: number): boolean {
   if (code === ESRCH) return false;
   if (code === EPERM) return true;
   throw new LibcError(`kill(${pid}, 0)`, code);
+}
+
+/** What {@linkcode statvfs} says about the space of a file system. */
+export interface FsSpace {
+  /** Bytes an unprivileged process may still allocate there (`f_bavail × f_frsize`). */
+  readonly freeBytes: number;
+  /** The file system's size in bytes (`f_blocks × f_frsize`). */
+  readonly totalBytes: number;
+}
+
+// struct statvfs of glibc (<bits/statvfs.h>) and musl on 64-bit Linux: unsigned long f_bsize (0),
+// f_frsize (8), then 64-bit f_blocks (16), f_bfree (24), f_bavail (32), f_files, f_ffree, f_favail,
+// unsigned long f_fsid, f_flag, f_namemax, int __f_spare[6]: 112 bytes. The same on x86_64 and aarch64
+// (no `__f_unused` word: that one is only where __WORDSIZE is 32).
+/** `sizeof(struct statvfs)` and the offsets of the fields {@linkcode statvfs} reads (checked against
+ * `<sys/statvfs.h>` by tests/ffi/libc_statvfs_test.ts). */
+export const STATVFS_LAYOUT = { size: 112, f_frsize: 8, f_blocks: 16, f_bavail: 32 } as const;
+const STATVFS_BYTES = STATVFS_LAYOUT.size;
+const STATVFS_FRSIZE = STATVFS_LAYOUT.f_frsize;
+const STATVFS_BLOCKS = STATVFS_LAYOUT.f_blocks;
+const STATVFS_BAVAIL = STATVFS_LAYOUT.f_bavail;
+
+/**
+ * The free and total space of the file system holding `path`, by `statvfs` (what `df` shows).
+ *
+ * @param path A path on the file system, such as `"/dev/shm"`.
+ * @returns Its free and total bytes.
+ * @throws {UnsupportedError} Where the layout of `struct statvfs` is not known (other than x86_64 and
+ * aarch64).
+ * @throws {LibcError} If `statvfs` fails (ENOENT: no such path).
+ */
+export function statvfs(path: string): FsSpace {
+  if (Deno.build.arch !== "x86_64" && Deno.build.arch !== "aarch64") {
+    throw new UnsupportedError(`Cannot read struct statvfs on ${Deno.build.arch}`);
+  }
+  const buf = new Uint8Array(STATVFS_BYTES + 16); // room to spare, should a libc add a field
+  if (libc().statvfs(cString(path), buf) !== 0) {
+    throw new LibcError(`statvfs(${JSON.stringify(path)})`, errno());
+  }
+  const view = new DataView(buf.buffer);
+  const frsize = Number(view.getBigUint64(STATVFS_FRSIZE, true));
+  return {
+    freeBytes: Number(view.getBigUint64(STATVFS_BAVAIL, true)) * frsize,
+    totalBytes: Number(view.getBigUint64(STATVFS_BLOCKS, true)) * frsize,
+  };
+}
+
+/**
+ * Sends a signal to a process by `kill(pid, sig)`: unlike `Deno.kill`, it needs no `--allow-run`.
+ *
+ * @param pid The process id.
+ * @param signal The signal's number (2 SIGINT, 15 SIGTERM, 1 SIGHUP on Linux).
+ * @throws {LibcError} If `kill` fails (ESRCH: no such process).
+ */
+export function signalProcess(pid: number, signal: number): void {
+  if (libc().kill(pid, signal) !== 0) throw new LibcError(`kill(${pid}, ${signal})`, errno());
 }

@@ -4,7 +4,10 @@ import { MemoryStore } from "../../store/memory_store.ts";
 import { ShmTransport } from "../../transport/shm.ts";
 import { probeCases } from "./_probe_cases.ts";
 import { descriptor, fillPattern, firstWrongByte, indexOf, receiveSizes } from "./_fixtures/_pattern.ts";
-import { segmentsOf, World } from "./_fixtures/shm_processes.ts";
+import { RankProcess, segmentsOf, World } from "./_fixtures/shm_processes.ts";
+import { TcpStoreServer } from "../../store/tcp_store_server.ts";
+import type { Store } from "../../store/store.ts";
+import { DEFAULT_SEGMENT_LAYOUT } from "../../transport/segment.ts";
 
 const DESC = new Uint8Array(32);
 
@@ -233,4 +236,178 @@ probeCases("ShmTransport", async () => {
       await store.close();
     },
   };
+});
+
+const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** `store`, but its `set` of `key` waits for `gate`. */
+function gated(store: Store, key: string, gate: Promise<void>): Store {
+  return new Proxy(store, {
+    get(target, property): unknown {
+      if (property === "set") {
+        return async (k: string, v: Uint8Array | string): Promise<void> => {
+          if (k === key) await gate;
+          return target.set(k, v);
+        };
+      }
+      const value = Reflect.get(target, property);
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+}
+
+Deno.test("ShmTransport.connect() fails within 2 s naming a peer that died before it mapped the inbox", async () => {
+  await using world = await World.start(2, ["wait"]);
+  let open = (): void => {};
+  const gate = new Promise<void>((resolve) => open = resolve);
+  // Rank 0 publishes its inbox only once rank 1, which published its own, is dead.
+  const connecting = ShmTransport.connect(gated(world.store, "shm/inbox/0", gate), {
+    rank: 0,
+    size: 2,
+    ringBytes: 1 << 20,
+    timeoutMs: 20_000,
+  }).then(() => undefined, (e: unknown) => e);
+  await world.store.get("shm/inbox/1");
+  const pid = world.ranks[0].child.pid;
+  await world.ranks[0].kill();
+  try {
+    const killed = performance.now();
+    open();
+    const error = await connecting;
+    const elapsed = performance.now() - killed;
+    assert.ok(error instanceof TransportError, `expected a TransportError, found ${error}`);
+    assert.equal(
+      error.message,
+      `Cannot connect the shm transport of rank 0: rank 1 (pid ${pid}) exited before it mapped its inbox`,
+    );
+    assert.equal(error.peer, 1);
+    assert.ok(elapsed < 2000, `expected the failure within 2 s, found ${elapsed.toFixed(0)} ms`);
+    // Rank 0 mapped the dead rank's inbox last, so it removed that name as well as its own.
+    assert.deepEqual(segmentsOf([Deno.pid, pid]), []);
+  } finally {
+    // What a failure left of the SIGKILLed rank.
+    for (const name of segmentsOf([pid])) Deno.removeSync(`/dev/shm/${name}`);
+  }
+});
+
+Deno.test("ShmTransport.connect() fails every rank at once when one asks for another segment layout", async () => {
+  await using store = new MemoryStore();
+  const start = performance.now();
+  const results = await Promise.allSettled([
+    ShmTransport.connect(store, { rank: 0, size: 3, ringBytes: 4096, segment: DEFAULT_SEGMENT_LAYOUT }),
+    ShmTransport.connect(store, { rank: 1, size: 3, ringBytes: 4096, segment: DEFAULT_SEGMENT_LAYOUT }),
+    ShmTransport.connect(store, {
+      rank: 2,
+      size: 3,
+      ringBytes: 4096,
+      segment: { buffers: 8, bufferBytes: 4096 },
+    }),
+  ]);
+  assert.ok(performance.now() - start < 2000, "not at the 300 s timeout");
+  const messages = results.map((r) =>
+    r.status === "rejected" ? String((r.reason as Error).message) : "connected"
+  );
+  assert.equal(
+    messages[2],
+    "Rank 0 uses 4 segment buffers of 1048576 bytes and a pool of 0 bytes but rank 2 uses 8 segment buffers " +
+      "of 4096 bytes and a pool of 0 bytes",
+  );
+  for (const rank of [0, 1]) {
+    assert.equal(
+      messages[rank],
+      `Cannot connect the shm transport of rank ${rank}: rank 2 (pid ${Deno.pid}) failed: ${messages[2]}`,
+    );
+  }
+  assert.deepEqual(segmentsOf([Deno.pid]), []);
+});
+
+for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) {
+  Deno.test(`a rank stopped by ${signal} while it connects removes its object and still dies of the signal`, async () => {
+    await using server = await TcpStoreServer.listen({ log: () => {} });
+    // Rank 0 never comes: rank 1 holds its object, waiting for it.
+    const rank = new RankProcess(server.port, 1, 2, ["wait"]);
+    const pid = rank.child.pid;
+    try {
+      const deadline = performance.now() + 20_000;
+      while (segmentsOf([pid]).length === 0) {
+        assert.ok(performance.now() < deadline, "rank 1 did not create its object within 20 s");
+        await sleep(10);
+      }
+      rank.child.kill(signal);
+      const status = await rank.exit();
+      assert.equal(status.signal, signal, "the signal's default action still happens");
+      assert.deepEqual(segmentsOf([pid]), []);
+    } finally {
+      await rank.kill();
+    }
+  });
+}
+
+const LAUNCH = new URL("../../cli/launch.ts", import.meta.url).pathname;
+const STARTUP_RANK = new URL("./_fixtures/shm_startup_rank.ts", import.meta.url).pathname;
+
+/**
+ * Starts 4 ranks under the launcher; after `delayMs` (if given) sends SIGINT to the launcher, and with
+ * `group` to every rank that has started as well (Ctrl-C in a terminal reaches the whole process group).
+ * Resolves with the launcher's exit code, the ranks' pids, and when (ms after the launch) the first rank
+ * began its `init()` and the last one was done.
+ */
+async function startup(
+  dir: string,
+  delayMs?: number,
+  group = false,
+): Promise<{ code: number; pids: number[]; start: number; ready: number }> {
+  await Deno.mkdir(dir);
+  const launched = Date.now();
+  const child = new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", LAUNCH, "--nproc-per-node", "4", STARTUP_RANK],
+    env: { DCOMM_TEST_PID_DIR: dir },
+    stdout: "piped",
+    stderr: "piped",
+    signal: AbortSignal.timeout(60_000),
+  }).spawn();
+  const output = child.output();
+  const pidsOf = (): number[] => [...Deno.readDirSync(dir)].map((entry) => Number(entry.name));
+  if (delayMs !== undefined) {
+    await sleep(delayMs);
+    try {
+      child.kill("SIGINT");
+    } catch {
+      // Done already.
+    }
+    for (const pid of group ? pidsOf() : []) {
+      try {
+        Deno.kill(pid, "SIGINT");
+      } catch {
+        // Exited already.
+      }
+    }
+  }
+  const { code, stdout } = await output;
+  const times = (word: string): number[] =>
+    [...new TextDecoder().decode(stdout).matchAll(new RegExp(`${word} (\\d+)`, "g"))].map((m) =>
+      Number(m[1]) - launched
+    );
+  return { code, pids: pidsOf(), start: Math.min(...times("START")), ready: Math.max(...times("READY")) };
+}
+
+Deno.test("SIGINT at random moments of a 4-rank startup under the launcher leaves nothing in /dev/shm", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "dcomm-startup-" });
+  try {
+    // When the ranks start and connect here: the signals land from the first init() to past the last.
+    const clean = await startup(`${dir}/clean`);
+    assert.equal(clean.code, 0);
+    const { start, ready } = clean;
+    const tries = 20;
+    const left: string[] = [];
+    for (let i = 0; i < tries; i++) {
+      const delay = Math.round(start + ((i + Math.random()) / tries) * (ready - start) * 1.2);
+      const { pids } = await startup(`${dir}/${i}`, delay, i % 2 === 1);
+      const names = segmentsOf(pids);
+      if (names.length > 0) left.push(`try ${i} (SIGINT at ${delay} ms): ${names.join(", ")}`);
+    }
+    assert.deepEqual(left, [], `objects left in /dev/shm (init() from ${start} to ${ready} ms)`);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });
