@@ -15,9 +15,17 @@
  *   {@linkcode TcpStoreServer}, or a {@linkcode TorchStoreServer} with `DCOMM_STORE_PROTOCOL=torch` (for
  *   jobs that mix Python and Deno ranks; it has no secret).
  *
- * Joining: every rank sets `<prefix>/joined/<rank>` and waits for all. While it waits, rank 0 (and any
- * rank waiting over 30 s) prints a line every 10 s naming the ranks still missing; a rendezvous that runs
- * out of time names the ranks that never came and the store they were expected at.
+ * The keys' base is `dcomm`, or `storePrefix` (`DCOMM_STORE_PREFIX`): two worlds that share one store (a
+ * torchrun agent's, a store of the user's) each take their own.
+ *
+ * Joining: every rank first checks that the store is its job's: the first rank of a run records the run id
+ * under `<base>/run`, the first rank of an attempt its world size under `<prefix>/world`, and a rank that
+ * finds another run id or world size there (another job's store on the same port, as when two jobs on one
+ * machine use the same `MASTER_PORT`) fails at once, as does a second process claiming a rank already
+ * joined. Then every rank adds 1 to `<prefix>/joined/<rank>` and waits for all. While it waits, rank 0
+ * (and any rank waiting over 30 s) prints a line every 10 s naming the ranks still missing; a rendezvous
+ * that runs out of time names the ranks that never came and the store they were expected at, and one whose
+ * store went away (its server gave up first) says so, naming the ranks it was waiting for.
  *
  * @module
  */
@@ -51,6 +59,11 @@ export interface RendezvousOptions {
   reportEveryMs?: number;
   /** How long other ranks wait before they say so too. @default 30000 */
   quietMs?: number;
+  /**
+   * The base of the world's keys in the store, for worlds that share one store.
+   * @default the DCOMM_STORE_PREFIX environment variable, else "dcomm"
+   */
+  storePrefix?: string;
 }
 
 /** The protocol a job's store speaks: dcomm's own (with a secret) or torch's c10d `TCPStore`'s. */
@@ -107,8 +120,12 @@ interface Plan {
   protocol: StoreProtocol;
   /** Whether a launcher serves the store (else rank 0 does). */
   hosted: boolean;
+  /** The base of the keys (`dcomm` or the store prefix asked for). */
+  base: string;
   /** The keys of this attempt of the job. */
   prefix: string;
+  /** The job's run id, `""` for none. */
+  run: string;
   /** Who set the address, for messages. */
   origin: string;
 }
@@ -117,17 +134,22 @@ interface Plan {
  * Reads which store the job meets in from the launcher's variables.
  *
  * @param env The environment.
+ * @param storePrefix The `storePrefix` option.
  * @returns The plan.
- * @throws {TypeError} If `DCOMM_STORE_PROTOCOL` names no protocol.
+ * @throws {TypeError} If `DCOMM_STORE_PROTOCOL` names no protocol, or the store prefix is no non-empty
+ *   string.
  */
-function plan(env: Readonly<Record<string, string | undefined>>): Plan {
+function plan(env: Readonly<Record<string, string | undefined>>, storePrefix: unknown): Plan {
+  const base = storeBase(storePrefix, env[STORE_PREFIX_ENV]);
   if (env["TORCHELASTIC_USE_AGENT_STORE"] === "True") {
     const run = env["TORCHELASTIC_RUN_ID"] || "none";
     const attempt = env["TORCHELASTIC_RESTART_COUNT"] || "0";
     return {
       protocol: "torch",
       hosted: true,
-      prefix: `dcomm/${run}/${attempt}`,
+      base,
+      prefix: `${base}/${run}/${attempt}`,
+      run,
       origin: "torchrun's agent store",
     };
   }
@@ -139,8 +161,43 @@ function plan(env: Readonly<Record<string, string | undefined>>): Plan {
   const hosted = env["DCOMM_STORE_HOSTED"] === "1";
   const run = env["DCOMM_RUN_ID"];
   const attempt = env["DCOMM_RESTART_COUNT"];
-  const prefix = run || attempt ? `dcomm/${run || "none"}/${attempt || "0"}` : "dcomm";
-  return { protocol, hosted, prefix, origin: hosted ? "the launcher's store" : "the store rank 0 serves" };
+  const prefix = run || attempt ? `${base}/${run || "none"}/${attempt || "0"}` : base;
+  return {
+    protocol,
+    hosted,
+    base,
+    prefix,
+    run: run ?? "",
+    origin: hosted ? "the launcher's store" : "the store rank 0 serves",
+  };
+}
+
+/** The variable that sets the keys' base (`init`'s `storePrefix` wins). */
+export const STORE_PREFIX_ENV = "DCOMM_STORE_PREFIX";
+
+/**
+ * The base of a world's keys: the option, else the variable, else `dcomm`.
+ *
+ * @param option The `storePrefix` option.
+ * @param variable `DCOMM_STORE_PREFIX`.
+ * @returns The base, without a trailing `/`.
+ * @throws {TypeError} If the option is no non-empty string, or either ends with `/`.
+ */
+function storeBase(option: unknown, variable: string | undefined): string {
+  if (option !== undefined && (typeof option !== "string" || option === "")) {
+    throw new TypeError(
+      `Invalid storePrefix: expected a non-empty string, found ${
+        typeof option === "string" ? '""' : typeof option
+      }`,
+    );
+  }
+  const [name, value] = option !== undefined
+    ? ["storePrefix", option as string]
+    : [STORE_PREFIX_ENV, variable || "dcomm"];
+  if (value.endsWith("/")) {
+    throw new TypeError(`Invalid ${name}: expected a prefix without a trailing "/", found "${value}"`);
+  }
+  return value;
 }
 
 /** This rank's end of a world's store, from joining to checking out. */
@@ -199,7 +256,7 @@ export class Rendezvous {
     const info = rankInfo(env, { rank: options.rank, worldSize: options.worldSize });
     const method = parseInitMethod(options.initMethod ?? "env://");
     const timeoutMs = options.timeoutMs ?? 300_000;
-    const how = plan(env);
+    const how = plan(env, options.storePrefix);
     const secret = how.protocol === "dcomm" ? options.secret ?? env[STORE_SECRET_ENV] : undefined;
     let hostname = method.hostname ?? info.masterAddr;
     let port = method.port ?? info.masterPort;
@@ -218,8 +275,16 @@ export class Rendezvous {
           ? await TorchStoreServer.listen(bind)
           : await TcpStoreServer.listen({ ...bind, secret });
       } catch (e) {
-        if (slurm && e instanceof StoreError) {
-          throw new StoreError(e.message + slurm("the port is"), { cause: e });
+        if (!(e instanceof StoreError)) throw e;
+        if (slurm) throw new StoreError(e.message + slurm("the port is"), { cause: e });
+        if (e.cause instanceof Deno.errors.AddrInUse) {
+          // Most often another job's store (two jobs on one machine with one MASTER_PORT): fail now, not
+          // after the other ranks have waited for this job's store in the other job's.
+          throw new StoreError(
+            `${e.message}: the port is taken, most likely by another job's store (two jobs on one machine ` +
+              `with the same MASTER_PORT). ${OWN_PORT}`,
+            { cause: e },
+          );
         }
         throw e;
       }
@@ -265,11 +330,20 @@ export class Rendezvous {
       if (slurm && e instanceof TimeoutError) {
         throw new TimeoutError(e.message + slurm("the address is"), { cause: e });
       }
+      if (server === undefined && e instanceof StoreError && /refused this client/.test(e.message)) {
+        // Another secret: the store of another job that took this port first, or a secret not passed on.
+        throw new StoreError(
+          `${e.message}. If another job's store holds ${hostPort(hostname, port)} (two jobs on one ` +
+            `machine with the same MASTER_PORT), ${OWN_PORT_LOWER}`,
+          { cause: e },
+        );
+      }
       throw e;
     }
     const rendezvous = new Rendezvous({ info, address, prefix: how.prefix, store, server, timeoutMs, env });
     try {
-      await rendezvous.#gather(how.origin, {
+      await rendezvous.#claim(how);
+      await rendezvous.#gather(how, {
         log: options.log ?? ((line) => console.error(line)),
         every: options.reportEveryMs ?? 10_000,
         quiet: options.quietMs ?? 30_000,
@@ -282,30 +356,95 @@ export class Rendezvous {
   }
 
   /**
+   * Checks that the store is this job's before joining it, at the cost of one round trip: the first rank
+   * records the run id under `<base>/run` and the attempt's world size under `<prefix>/world`; a rank that
+   * finds others there is in another job's store (two jobs on one port), and fails now rather than wait
+   * for ranks that are not coming.
+   *
+   * @throws {StoreError} If the store holds another run id or world size.
+   */
+  async #claim(how: Plan): Promise<void> {
+    const { rank, worldSize } = this.info;
+    const runKey = `${how.base}/run`, worldKey = `${this.prefix}/world`;
+    const mine = { run: `run:${how.run}`, world: String(worldSize) };
+    const decoder = new TextDecoder();
+    const [run, world] = (await Promise.all([
+      this.store.compareSet(runKey, "", mine.run),
+      this.store.compareSet(worldKey, "", mine.world),
+    ])).map((b) => decoder.decode(b));
+    const where = `${how.origin} at ${hostPort(this.address.hostname, this.address.port)}`;
+    const runName = (r: string): string => r === "run:" ? "no run id" : `run id "${r.slice(4)}"`;
+    if (run !== mine.run) {
+      throw new StoreError(
+        `Cannot rendezvous: ${where} belongs to another job: key "${runKey}" holds ${
+          runName(run)
+        } but rank ${rank} runs with ${runName(mine.run)}. ${ANOTHER_JOB}`,
+      );
+    }
+    if (world !== mine.world) {
+      throw new StoreError(
+        `Cannot rendezvous: ${where} holds a world of ${world} ranks (key "${worldKey}") but rank ${rank} ` +
+          `runs with world size ${worldSize}: were the ranks started with different world sizes, or is it ` +
+          `another job's store? ${ANOTHER_JOB}`,
+      );
+    }
+  }
+
+  /**
    * Checks in and waits for every rank, in slices of `every` ms (10 s): rank 0 reports after each slice,
    * any other rank once it has waited `quiet` ms (30 s).
    */
   async #gather(
-    origin: string,
+    how: Plan,
     { log, every, quiet }: { log: (line: string) => void; every: number; quiet: number },
   ): Promise<void> {
     const { rank, worldSize } = this.info;
     const key = (r: number): string => `${this.prefix}/joined/${r}`;
-    await this.store.set(key(rank), "1");
+    const where = `${how.origin} at ${hostPort(this.address.hostname, this.address.port)}`;
+    // A count, not a flag: a second process claiming this rank (of another job) is found at once.
+    const claims = await this.store.add(key(rank), 1);
+    if (claims > 1) {
+      throw new StoreError(
+        `Cannot rendezvous: rank ${rank} already joined ${where} (key "${key(rank)}" counts ${claims} ` +
+          `claims): another process runs as rank ${rank} (this job started twice, or another job), or an ` +
+          `earlier world used the same keys in this store. ` +
+          ANOTHER_JOB,
+      );
+    }
     const missing = new Set(Array.from({ length: worldSize }, (_, r) => r));
     missing.delete(rank);
-    const where = `${origin} at ${hostPort(this.address.hostname, this.address.port)}`;
     const started = Date.now();
+    let checked = false;
     for (;;) {
       const elapsed = Date.now() - started;
       const left = this.timeoutMs - elapsed;
       try {
-        await this.store.wait([...missing].map(key), { timeoutMs: Math.max(0, Math.min(every, left)) });
-        return;
+        try {
+          await this.store.wait([...missing].map(key), { timeoutMs: Math.max(0, Math.min(every, left)) });
+          return;
+        } catch (e) {
+          if (!(e instanceof TimeoutError)) throw e;
+        }
+        for (const r of [...missing]) if (await this.store.check([key(r)])) missing.delete(r);
+        checked = true;
       } catch (e) {
-        if (!(e instanceof TimeoutError)) throw e;
+        if (!(e instanceof StoreError)) throw e;
+        // The store went away while this rank waited: its server gave up (its own timeout, usually a
+        // moment before this rank's) or died. Say whom this rank was waiting for.
+        const server = how.hosted
+          ? "the launcher that serves it stopped"
+          : "rank 0, which serves it, gave up";
+        // Before its first look, all this rank knows is that the rank serving the store had joined.
+        const unseen = [...missing].filter((r) => checked || how.hosted || r !== 0);
+        const whom = unseen.length === 0
+          ? "the other ranks"
+          : `${rankList(unseen)}${checked ? ` (${worldSize - missing.size} of ${worldSize} joined)` : ""}`;
+        throw new StoreError(
+          `Cannot rendezvous: lost ${where} while rank ${rank} waited for ${whom}: ${server} (its own ` +
+            `error names the ranks it waited for) or exited`,
+          { cause: e },
+        );
       }
-      for (const r of [...missing]) if (await this.store.check([key(r)])) missing.delete(r);
       const seconds = Math.round((Date.now() - started) / 1000);
       const joined = `${worldSize - missing.size} of ${worldSize} joined`;
       if (Date.now() - started >= this.timeoutMs) {
@@ -352,15 +491,34 @@ export class Rendezvous {
     }
   }
 
-  /** Closes the store (and stops serving it) at once: for a world that failed to start. */
-  async abandon(): Promise<void> {
+  /**
+   * Closes the store (and stops serving it): for a world that failed to start.
+   *
+   * @param lingerMs How long a rank serving the store keeps serving it first, so that ranks whose waits
+   *   end a moment after this rank's report their own findings. @default 0
+   */
+  async abandon(lingerMs = 0): Promise<void> {
+    if (this.server && lingerMs > 0) await new Promise((resolve) => setTimeout(resolve, lingerMs));
     await this.store[Symbol.asyncDispose]();
     await this.server?.[Symbol.asyncDispose]();
   }
 }
 
-/** `rank 3` or `ranks 1, 3`, at most 16 named. */
-function rankList(ranks: Set<number>): string {
+/** What to do when another job's store holds this job's port. */
+const OWN_PORT = "Give each job its own MASTER_PORT, or let dcomm's launcher choose a free one " +
+  "(--master-port 0, its default on one node)";
+const OWN_PORT_LOWER = "give each job its own MASTER_PORT, or let dcomm's launcher choose a free one " +
+  "(--master-port 0, its default on one node)";
+const ANOTHER_JOB = `${OWN_PORT}; or, for worlds meant to share one store, give each its own store prefix ` +
+  `(init({ storePrefix }) or ${STORE_PREFIX_ENV})`;
+
+/**
+ * `rank 3` or `ranks 1, 3`, at most 16 named.
+ *
+ * @param ranks The ranks.
+ * @returns Their names.
+ */
+export function rankList(ranks: Iterable<number>): string {
   const sorted = [...ranks].sort((a, b) => a - b);
   const shown = sorted.slice(0, 16).join(", ");
   const more = sorted.length > 16 ? ` and ${sorted.length - 16} more` : "";

@@ -57,6 +57,12 @@ export interface InitOptions {
   /** The store's shared secret. @default the DCOMM_STORE_SECRET environment variable */
   secret?: string;
   /**
+   * The base of this world's keys in the store (`<storePrefix>/joined/<rank>`, ...): worlds that share one
+   * store (a torchrun agent's, or two jobs given the same one) each need their own.
+   * @default the DCOMM_STORE_PREFIX environment variable, else "dcomm"
+   */
+  storePrefix?: string;
+  /**
    * The address this rank's TCP listener publishes (an IPv6 one as `::1` or `[::1]`).
    * @default DCOMM_HOSTNAME, else loopback for a loopback master (::1 for an IPv6 one, else 127.0.0.1), else
    * this host's first IPv6 address that is not link-local for an IPv6 master, else its first non-loopback IPv4

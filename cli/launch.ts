@@ -35,6 +35,7 @@
  * @module
  */
 import { TcpStoreServer } from "../store/tcp_store_server.ts";
+import { StoreError } from "../core/errors.ts";
 import { bindHostname, isLoopback, LAUNCHER_PID_ENV, unbracket } from "../backend/env.ts";
 import { cudaStatus } from "../gpu/device.ts";
 import { generateSecret, STORE_SECRET_ENV } from "../store/secret.ts";
@@ -661,9 +662,22 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
       port: masterPort,
       log: (m: string) => write(`[launcher]: ${m}`, "stderr"),
     };
-    server = torchStore
-      ? await TorchStoreServer.listen(bind)
-      : await TcpStoreServer.listen({ ...bind, secret });
+    try {
+      server = torchStore
+        ? await TorchStoreServer.listen(bind)
+        : await TcpStoreServer.listen({ ...bind, secret });
+    } catch (e) {
+      if (e instanceof StoreError && e.cause instanceof Deno.errors.AddrInUse) {
+        // Most often another job's store on this machine: say so now, and what to do.
+        throw new StoreError(
+          `${e.message}: the port is taken, most likely by another job's store (two jobs on one machine ` +
+            `with the same --master-port). Give this job another --master-port, or --master-port 0 for a ` +
+            "free one (the default on one node)",
+          { cause: e },
+        );
+      }
+      throw e;
+    }
     masterPort = server.port;
   } else if (hostStore && masterPort === 0) {
     throw new RangeError("Invalid --master-port: nodes other than 0 must be given node 0's port, found 0");

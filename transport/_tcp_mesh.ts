@@ -149,7 +149,9 @@ class Mesh {
         `Cannot connect rank ${this.#o.rank}: store key "${
           this.#key("token")
         }" holds ${token.length} bytes, ` +
-          `expected a ${TOKEN_BYTES}-byte world token (is another job using the same prefix?)`,
+          `expected a ${TOKEN_BYTES}-byte world token: is another world using the same keys? Give each ` +
+          "world on one store its own prefix (the transport's prefix; with init(), storePrefix or " +
+          "DCOMM_STORE_PREFIX)",
       );
     }
     return token;

@@ -6,6 +6,7 @@
  *
  * @module
  */
+import { StoreError, TimeoutError } from "../../core/errors.ts";
 import type { Store } from "../../store/store.ts";
 import type { Transport } from "../../transport/transport.ts";
 import { TcpTransport } from "../../transport/tcp.ts";
@@ -13,6 +14,7 @@ import { ShmTransport } from "../../transport/shm.ts";
 import { InprocTransport } from "../../transport/inproc.ts";
 import { HybridTransport } from "../../transport/hybrid.ts";
 import type { EngineConfig } from "./_protocol.ts";
+import { rankList } from "../_rendezvous.ts";
 
 /**
  * An identity shared by the processes of one host: one booted machine (its boot id) and one network
@@ -61,7 +63,7 @@ export async function connectTransport(store: Store, config: EngineConfig): Prom
   // Every rank publishes its host, and learns every other's.
   await store.set(`host/${rank}`, hostIdentity());
   const keys = Array.from({ length: size }, (_, r) => `host/${r}`);
-  await store.wait(keys, { timeoutMs });
+  await waitForHosts(store, keys, rank, timeoutMs);
   const names = (await Promise.all(keys.map((k) => store.get(k, { timeoutMs })))).map((b) =>
     new TextDecoder().decode(b)
   );
@@ -82,6 +84,42 @@ export async function connectTransport(store: Store, config: EngineConfig): Prom
       : "tcp";
   }
   return { transport: await connect(store, config, kind, hosts), hosts };
+}
+
+/**
+ * Waits until every rank has published its host; a wait that runs out names the ranks that did not (they
+ * joined the rendezvous, then crashed or hung before connecting), not the store's keys.
+ *
+ * @throws {TimeoutError} Naming the missing ranks.
+ * @throws {StoreError} If the store went away meanwhile (its server gave up first, or died).
+ */
+async function waitForHosts(store: Store, keys: string[], rank: number, timeoutMs: number): Promise<void> {
+  const size = keys.length;
+  try {
+    await store.wait(keys, { timeoutMs });
+  } catch (e) {
+    if (e instanceof TimeoutError) {
+      const seen = await Promise.all(keys.map((k) => store.check([k]))).catch(() => undefined);
+      const missing = seen === undefined ? [] : keys.map((_, r) => r).filter((r) => !seen[r]);
+      if (missing.length === 0) throw e;
+      throw new TimeoutError(
+        `Cannot connect rank ${rank} of ${size} within ${timeoutMs} ms: waiting for ${rankList(missing)} ` +
+          `(${size - missing.length} of ${size} reached the connect phase): ` +
+          `${missing.length === 1 ? "it" : "they"} joined the rendezvous but did not go on; did ` +
+          `${missing.length === 1 ? "it" : "they"} crash or hang in init()?`,
+        { cause: e },
+      );
+    }
+    if (e instanceof StoreError) {
+      throw new StoreError(
+        `Cannot connect rank ${rank} of ${size}: lost the world's store while waiting for every rank to ` +
+          "connect: the rank or launcher serving it gave up (its own error names the ranks it waited for) " +
+          "or exited",
+        { cause: e },
+      );
+    }
+    throw e;
+  }
 }
 
 async function connect(

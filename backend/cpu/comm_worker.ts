@@ -61,7 +61,8 @@ async function start(config: EngineConfig): Promise<void> {
     segmentSpinMs: config.segmentSpinMs,
     hosts: connected.hosts,
   });
-  transport.failed.then((e) => post({ type: "failed", error: toWire(e) }));
+  // The engine's failure (its reaction to the transport's runs first): a peer's mismatch stays one.
+  transport.failed.then((e) => post({ type: "failed", error: toWire(engine?.failure ?? e) }));
   if (config.requests) {
     requests = new RequestReader(config.requests);
     requests.run((record) =>

@@ -149,6 +149,10 @@ export class CpuProcessGroup extends GroupFront {
     options: GroupOptions,
   ): Promise<ProcessGroup> {
     if (this.isClosed) throw new DistError("Cannot create a group: the process group is closed");
+    // A world that failed (a mismatch, a timeout, a lost peer) stays failed: its groups would share its
+    // transport, so a new one fails at once with the world's error, as every call does.
+    const failure = this.#engine.failure;
+    if (failure !== undefined) throw failure;
     const id = this.#engine.nextGroupId++;
     const global = sorted.map((r) => this.ranks[r]);
     const timeoutMs = options.timeoutMs ?? this.#timeoutMs;

@@ -20,6 +20,10 @@ import type { InitOptions } from "../init.ts";
 import { CpuProcessGroup } from "./cpu_group.ts";
 import { EngineHandle } from "./_engine_handle.ts";
 import { heartbeatMs } from "./_heartbeat.ts";
+import { TimeoutError } from "../../core/errors.ts";
+
+/** How long the rank serving the store keeps it after its connect phase timed out. */
+const CONNECT_GRACE_MS = 1000;
 
 /**
  * How the ranks of one host share memory for collectives (the cpu backend over shared memory): every
@@ -125,7 +129,9 @@ export async function initCpu(options: InitOptions = {}): Promise<CpuProcessGrou
       segmentInlineSpinMs: segment.options.inlineSpinMs,
     });
   } catch (e) {
-    await rendezvous.abandon();
+    // The others' connect phases began with this one's and time out a moment later: the rank serving the
+    // store keeps it that moment, so that each says whom it waited for, not that the store went away.
+    await rendezvous.abandon(e instanceof TimeoutError ? CONNECT_GRACE_MS : 0);
     throw e;
   }
   rendezvous.formed();

@@ -16,7 +16,7 @@
  */
 import { heartbeatBusy } from "./_heartbeat.ts";
 import { dtypeSize } from "../../core/dtype.ts";
-import { DistError } from "../../core/errors.ts";
+import { DistError, MismatchError, TransportError } from "../../core/errors.ts";
 import type { Transport } from "../../transport/transport.ts";
 import type { WorkReport } from "../work.ts";
 import { modelBytes, resolveAlgorithm } from "./_dispatch.ts";
@@ -191,8 +191,9 @@ export class Engine {
     await this.#transport.close();
   }
 
-  #fail(error: Error): void {
+  #fail(thrown: Error): void {
     if (this.#failure) return;
+    const error = peerMismatch(thrown) ?? thrown;
     this.#failure = error;
     this.#segment?.segment.abort(error.message);
     this.#transport.abort(error);
@@ -285,4 +286,20 @@ export class Engine {
     }
     return run.report(this.#transport.kind);
   }
+}
+
+/**
+ * A peer's abort whose reason is a mismatch it found, as the MismatchError it was there: every rank of a
+ * mismatch then fails with the same kind of error, naming both calls, whichever rank found it (over
+ * messages only the ranks that received from the odd one find it; the others learn it by the abort).
+ * Costs nothing until a transport fails.
+ *
+ * @param error The transport's failure.
+ * @returns The mismatch, or `undefined` for any other failure.
+ */
+export function peerMismatch(error: Error): MismatchError | undefined {
+  if (!(error instanceof TransportError) || error.peer === undefined) return undefined;
+  const m = /^Rank (\d+) aborted: (Mismatched calls: [\s\S]*)$/.exec(error.message);
+  if (m === null || Number(m[1]) !== error.peer) return undefined;
+  return new MismatchError(m[2], { cause: error });
 }
