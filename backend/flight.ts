@@ -23,7 +23,17 @@ import { observeWorkFailures } from "./work.ts";
 /** The format tag of a dump, checked by the analyzer. */
 export const FLIGHT_FORMAT = "dcomm-flight-recorder/1";
 
-/** What a recorded call was doing when the dump was written. */
+/**
+ * What a recorded call was doing when the dump was written.
+ *
+ * @example The calls a rank had not finished
+ * ```ts
+ * import type { FlightCall, FlightState } from "@dcomm/dcomm";
+ * const open: FlightState[] = ["queued", "started"];
+ * const pending = (calls: FlightCall[]): FlightCall[] => calls.filter((c) => open.includes(c.state));
+ * console.log(pending([]).length); // 0
+ * ```
+ */
 export type FlightState = "queued" | "started" | "done" | "failed";
 
 /**

@@ -5,8 +5,12 @@
  * @module
  */
 
-/** The version carried by HELLO and AUTH; a peer with another version is refused. */
-export const PROTOCOL_VERSION = 1;
+/**
+ * The version carried by HELLO and AUTH; a peer with another version is refused. Version 2 made the proof
+ * of the secret mutual (the client sends a nonce of its own, AUTH_OK carries the server's proof and its
+ * idle timeout), and added PING, GOODBYE and the refusals before HELLO.
+ */
+export const PROTOCOL_VERSION = 2;
 /** Bytes of the length prefix. */
 export const LENGTH_BYTES = 4;
 /** Bytes of a frame after the length prefix, before the body: request id (u32) and opcode (u8). */
@@ -15,7 +19,7 @@ export const HEAD_BYTES = 5;
 export const DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024;
 /** The limit before a peer has authenticated: an AUTH frame is far smaller. */
 export const HANDSHAKE_MAX_FRAME_BYTES = 1024;
-/** Bytes of the nonce the server sends in HELLO. */
+/** Bytes of the nonce the server sends in HELLO, and the client in AUTH. */
 export const NONCE_BYTES = 32;
 
 /** Request opcodes, client to server. */
@@ -30,6 +34,7 @@ export const Op = {
   NUM_KEYS: 0x16,
   CHECK: 0x17,
   CANCEL: 0x18,
+  PING: 0x19,
 } as const;
 
 /** Reply opcodes, server to client. */
@@ -42,12 +47,17 @@ export const Reply = {
   INT: 0x85,
   BOOL: 0x86,
   ERROR: 0x87,
+  GOODBYE: 0x88,
 } as const;
 
 /** The first byte of an AUTH_REFUSED body: why the client was refused. */
 export const Refused = {
   SECRET: 1,
   VERSION: 2,
+  /** Too many wrong secrets from the client's address: sent instead of HELLO. */
+  RATE_LIMITED: 3,
+  /** The server has as many connections as it takes: sent instead of HELLO. */
+  BUSY: 4,
 } as const;
 
 /** The peer broke the protocol; the connection must be closed. */
@@ -58,6 +68,18 @@ export class ProtocolError extends Error {
   constructor(message: string) {
     super(message);
     this.name = "ProtocolError";
+  }
+}
+
+/** A length prefix announced a frame over the receiver's limit. */
+export class FrameTooLarge extends ProtocolError {
+  /**
+   * @param size The frame's size, length prefix included.
+   * @param limit The receiver's limit.
+   */
+  constructor(readonly size: number, readonly limit: number) {
+    super(`frame of ${size} bytes exceeds the limit of ${limit} bytes`);
+    this.name = "FrameTooLarge";
   }
 }
 
@@ -74,6 +96,7 @@ export interface Frame {
 /** One field of a frame body. */
 export type Field =
   | { readonly u8: number }
+  | { readonly u32: number }
   | { readonly i64: number }
   | { readonly bytes: Uint8Array }
   | { readonly list: readonly Uint8Array[] }
@@ -97,6 +120,7 @@ export function frameSize(fields: readonly Field[]): number {
   let size = LENGTH_BYTES + HEAD_BYTES;
   for (const field of fields) {
     if ("u8" in field) size += 1;
+    else if ("u32" in field) size += 4;
     else if ("i64" in field) size += 8;
     else if ("bytes" in field) size += 4 + field.bytes.length;
     else if ("raw" in field) size += field.raw.length;
@@ -121,6 +145,9 @@ export function encodeFrame(id: number, op: number, fields: readonly Field[] = [
   for (const field of fields) {
     if ("u8" in field) {
       out[at++] = field.u8;
+    } else if ("u32" in field) {
+      view.setUint32(at, field.u32, true);
+      at += 4;
     } else if ("i64" in field) {
       view.setBigInt64(at, BigInt(field.i64), true);
       at += 8;
@@ -154,6 +181,22 @@ export class Cursor {
   u8(): number {
     this.#need(1, "a byte");
     return this.#body[this.#at++];
+  }
+
+  /** An unsigned 32-bit integer. */
+  u32(): number {
+    this.#need(4, "a 32-bit integer");
+    const value = this.#view.getUint32(this.#at, true);
+    this.#at += 4;
+    return value;
+  }
+
+  /** Exactly `n` bytes (a view into the body). */
+  fixed(n: number): Uint8Array {
+    this.#need(n, `${n} bytes`);
+    const out = this.#body.subarray(this.#at, this.#at + n);
+    this.#at += n;
+    return out;
   }
 
   /** A signed 64-bit integer that must be a safe JavaScript integer. */
@@ -227,13 +270,14 @@ export class Cursor {
   }
 }
 
-const INITIAL_READ_BUFFER = 64 * 1024;
+const INITIAL_READ_BUFFER = 4 * 1024;
 const SHRINK_ABOVE = 1024 * 1024;
 
 /**
  * Splits a byte stream into frames. Reads go straight into its buffer ({@linkcode FrameReader.space},
- * {@linkcode FrameReader.commit}); the size limit applies as soon as a length prefix arrives, before any
- * memory is reserved for the frame.
+ * {@linkcode FrameReader.commit}). The size limit applies as soon as a length prefix arrives, and the
+ * buffer grows with the bytes that actually arrive (it at most doubles per read, up to the frame's size),
+ * never with the length a prefix announces: a peer that announces 64 MiB and sends 1 KiB costs 4 KiB.
  */
 export class FrameReader {
   #buffer = new Uint8Array(INITIAL_READ_BUFFER);
@@ -252,6 +296,11 @@ export class FrameReader {
     return this.#end - this.#start;
   }
 
+  /** The bytes the buffer holds now, used or not (for tests of the memory a connection costs). */
+  get capacity(): number {
+    return this.#buffer.length;
+  }
+
   /** The size of the frame being received, when its length prefix has arrived. */
   get expected(): number | undefined {
     if (this.buffered < LENGTH_BYTES) return undefined;
@@ -264,19 +313,30 @@ export class FrameReader {
     return this.#buffer.subarray(this.#start, Math.min(this.#start + n, this.#end));
   }
 
-  /** Free space to read into; it is never empty. */
+  /**
+   * Free space to read into; it is never empty. Call it after {@linkcode FrameReader.next} has taken every
+   * whole frame.
+   *
+   * @throws {ProtocolError} If the frame being received announces more than the limit (nothing is reserved).
+   */
   space(): Uint8Array {
-    const need = Math.min(Math.max(this.expected ?? 0, LENGTH_BYTES + HEAD_BYTES), this.maxFrameBytes);
-    if (this.#start > 0 && (this.#end === this.#buffer.length || this.#start + need > this.#buffer.length)) {
+    const size = this.expected;
+    if (size !== undefined && size > this.maxFrameBytes) throw this.#overLimit(size);
+    if (this.#end < this.#buffer.length) return this.#buffer.subarray(this.#end);
+    if (this.#start > 0) {
+      // Full, with frames already taken at the front: move the partial frame there.
       this.#buffer.copyWithin(0, this.#start, this.#end);
       this.#end -= this.#start;
       this.#start = 0;
+      return this.#buffer.subarray(this.#end);
     }
-    if (need > this.#buffer.length || this.#end === this.#buffer.length) {
-      const grown = new Uint8Array(Math.max(need, Math.min(this.#buffer.length * 2, this.maxFrameBytes)));
-      grown.set(this.#buffer.subarray(0, this.#end));
-      this.#buffer = grown;
-    }
+    // Full of one partial frame: double, but never past the frame's announced size.
+    const length = this.#buffer.length;
+    const grown = new Uint8Array(
+      size !== undefined && size > length ? Math.min(2 * length, size) : 2 * length,
+    );
+    grown.set(this.#buffer.subarray(0, this.#end));
+    this.#buffer = grown;
     return this.#buffer.subarray(this.#end);
   }
 
@@ -293,9 +353,7 @@ export class FrameReader {
   next(): Frame | null {
     const size = this.expected;
     if (size === undefined) return null;
-    if (size > this.maxFrameBytes) {
-      throw new ProtocolError(`frame of ${size} bytes exceeds the limit of ${this.maxFrameBytes} bytes`);
-    }
+    if (size > this.maxFrameBytes) throw this.#overLimit(size);
     if (size < LENGTH_BYTES + HEAD_BYTES) {
       throw new ProtocolError(
         `frame of ${size} bytes is shorter than its ${LENGTH_BYTES + HEAD_BYTES}-byte header`,
@@ -316,6 +374,10 @@ export class FrameReader {
       if (this.#buffer.length > SHRINK_ABOVE) this.#buffer = new Uint8Array(INITIAL_READ_BUFFER);
     }
     return frame;
+  }
+
+  #overLimit(size: number): FrameTooLarge {
+    return new FrameTooLarge(size, this.maxFrameBytes);
   }
 }
 

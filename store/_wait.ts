@@ -13,6 +13,8 @@ const MAX_TIMER_MS = 2 ** 31 - 1;
 export interface DeadlineOptions {
   /** Milliseconds before the wait rejects with a TimeoutError; `Infinity` never. */
   timeoutMs: number;
+  /** The timeout the message names, when the wait is the rest of a longer call's. @default {timeoutMs} */
+  reportMs?: number;
   /** The caller's signal: the wait rejects with its reason. */
   signal?: AbortSignal;
   /** The store's own signal, aborted when the store closes with a StoreError as the reason. */
@@ -38,6 +40,7 @@ export function waitWithDeadline<T>(
   options: DeadlineOptions,
 ): Promise<T> {
   const { timeoutMs, signal, closed, what, where, timeoutDetail } = options;
+  const reportMs = options.reportMs ?? timeoutMs;
   return new Promise<T>((resolve, reject) => {
     if (closed?.aborted) return reject(closedError(closed, what, where));
     if (signal?.aborted) return reject(signal.reason);
@@ -74,7 +77,7 @@ export function waitWithDeadline<T>(
     if (timeoutMs <= MAX_TIMER_MS) {
       timer = setTimeout(() => {
         const detail = timeoutDetail?.() ?? "";
-        abandon(new TimeoutError(`Timed out after ${timeoutMs} ms waiting for ${what}${where}${detail}`));
+        abandon(new TimeoutError(`Timed out after ${reportMs} ms waiting for ${what}${where}${detail}`));
       }, timeoutMs);
     }
   });

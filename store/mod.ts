@@ -26,4 +26,4 @@ export { TcpStore, type TcpStoreConnectOptions } from "./tcp_store.ts";
 export { TcpStoreServer, type TcpStoreServerOptions } from "./tcp_store_server.ts";
 export { TorchStore, type TorchStoreConnectOptions } from "./torch_store.ts";
 export { TorchStoreServer, type TorchStoreServerOptions } from "./torch_store_server.ts";
-export { generateSecret, secretFromEnv, STORE_SECRET_ENV } from "./secret.ts";
+export { generateSecret, secretFromEnv, STORE_INSECURE_ENV, STORE_SECRET_ENV } from "./secret.ts";

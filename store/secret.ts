@@ -1,7 +1,8 @@
 /**
  * The shared secret of a job's store. The launcher generates one with {@linkcode generateSecret} and
- * hands it to every rank in the `DCOMM_STORE_SECRET` environment variable; the TCP store proves knowledge
- * of it by challenge–response (HMAC-SHA256 of a server nonce), so the secret itself never travels.
+ * hands it to every rank in the `DCOMM_STORE_SECRET` environment variable; the TCP store's client and server
+ * each prove knowledge of it by challenge–response (HMAC-SHA256 over both sides' nonces), so the secret
+ * itself never travels. The security model: `docs/store.md`.
  *
  * @module
  */
@@ -67,4 +68,36 @@ export function secretFromEnv(): string | undefined {
   const status = Deno.permissions.querySync({ name: "env", variable: STORE_SECRET_ENV });
   if (status.state !== "granted") return undefined;
   return Deno.env.get(STORE_SECRET_ENV) || undefined;
+}
+
+/**
+ * The environment variable that lets a store server without a secret serve beyond loopback: `1` opts in
+ * (as the server option `insecure: true` does). Without it, such a server refuses to bind anything but a
+ * loopback address, since anyone who reaches its port could read, change and delete every key.
+ *
+ * @example Opting in for a job on a private network
+ * ```ts
+ * import { STORE_INSECURE_ENV, TcpStoreServer } from "@dcomm/dcomm/store";
+ * import assert from "node:assert/strict";
+ * assert.equal(STORE_INSECURE_ENV, "DCOMM_STORE_INSECURE");
+ * // What `DCOMM_STORE_INSECURE=1` does, as an option: serve on every interface, without a secret.
+ * await using server = await TcpStoreServer.listen({
+ *   hostname: "0.0.0.0",
+ *   secret: "",
+ *   insecure: true,
+ *   log: () => {}, // (it warns)
+ * });
+ * assert.equal(server.authenticates, false);
+ * ```
+ */
+export const STORE_INSECURE_ENV = "DCOMM_STORE_INSECURE";
+
+/**
+ * Whether {@linkcode STORE_INSECURE_ENV} is `1` and readable without a permission prompt.
+ *
+ * @returns `true` only when the variable is exactly `1`.
+ */
+export function insecureFromEnv(): boolean {
+  const status = Deno.permissions.querySync({ name: "env", variable: STORE_INSECURE_ENV });
+  return status.state === "granted" && Deno.env.get(STORE_INSECURE_ENV) === "1";
 }

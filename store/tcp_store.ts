@@ -3,7 +3,7 @@
  * {@linkcode TcpStoreServer} (in `tcp_store_server.ts`) run by rank 0 or the launcher, like c10d's
  * `TCPStore`.
  *
- * ## Wire format (version 1)
+ * ## Wire format (version 2)
  *
  * Every message in both directions is one frame; integers are little-endian.
  *
@@ -22,7 +22,7 @@
  *
  * | op   | request (client → server)       | body                              | reply                        |
  * |------|---------------------------------|-----------------------------------|------------------------------|
- * | 0x01 | AUTH (first frame, always)      | version:u8, hmac (rest, 0 or 32)  | AUTH_OK or AUTH_REFUSED      |
+ * | 0x01 | AUTH (first frame, always)      | version:u8, nonce:32, proof (rest)| AUTH_OK or AUTH_REFUSED      |
  * | 0x10 | SET                             | key:bytes, value:bytes            | OK                           |
  * | 0x11 | GET (parks until the key is set)| key:bytes                         | VALUE                        |
  * | 0x12 | WAIT (parks until all are set)  | keys                              | OK                           |
@@ -32,21 +32,31 @@
  * | 0x16 | NUM_KEYS                        | (empty)                           | INT                          |
  * | 0x17 | CHECK                           | keys                              | BOOL                         |
  * | 0x18 | CANCEL (id = the parked request)| (empty)                           | none                         |
+ * | 0x19 | PING (keeps the connection live)| (empty)                           | OK                           |
  *
  * Replies (server → client): 0x80 HELLO (id 0, sent on accept: version:u8, flags:u8 with bit 0 "secret
- * required", nonce: 32 bytes), 0x81 AUTH_OK, 0x82 AUTH_REFUSED (code:u8 1 = secret, 2 = version,
- * reason:bytes, then the server closes), 0x83 OK, 0x84 VALUE (value:bytes), 0x85 INT (i64), 0x86 BOOL
- * (u8), 0x87 ERROR (message:bytes; the connection stays open).
+ * required", nonce: 32 bytes), 0x81 AUTH_OK (idleTimeoutMs:u32, 0 for none; then the server's proof, 32
+ * bytes, when it has a secret), 0x82 AUTH_REFUSED (code:u8 1 = secret, 2 = version, 3 = too many wrong
+ * secrets from this address, 4 = too many connections; reason:bytes; then the server closes. Codes 3 and 4
+ * come with id 0 instead of HELLO), 0x83 OK, 0x84 VALUE (value:bytes), 0x85 INT (i64), 0x86 BOOL (u8),
+ * 0x87 ERROR (message:bytes; the connection stays open: a failed `add`, a parked request over a limit),
+ * 0x88 GOODBYE (id 0, reason:bytes: the server closes the connection, for a limit or a protocol error).
  *
- * Authentication is challenge–response: the client answers HELLO's nonce with HMAC-SHA256(secret, nonce),
- * so the secret never travels. A server without a secret accepts any answer. Timeouts and aborts are the
- * client's: it stops waiting, sends CANCEL so the server drops the parked request, and ignores a reply
- * that crosses the CANCEL.
+ * Authentication is mutual challenge–response (`_auth.ts`): the client answers HELLO's nonce with a nonce
+ * of its own and HMAC-SHA256(secret, "client" label ‖ server nonce ‖ client nonce); the server checks it and
+ * answers with HMAC-SHA256(secret, "server" label ‖ both nonces), which the client checks. The secret never
+ * travels. A server without a secret accepts any proof; a client with a secret refuses a server without one
+ * (HELLO's flag) or one whose proof is missing or wrong. Version 1 (the client's proof only) is refused.
+ *
+ * Every request has a deadline (the store's `timeoutMs`, or a blocking call's own): a server that stops
+ * answering fails each call with a TimeoutError. Timeouts and aborts are the client's: it stops waiting,
+ * sends CANCEL for a parked request so the server drops it, and ignores a reply that arrives late. A client
+ * that sends nothing for a third of the server's idle timeout sends a PING.
  *
  * @module
  */
 import { StoreError } from "../core/errors.ts";
-import { answerChallenge, hmacKey } from "./_auth.ts";
+import { checkProof, hmacKey, prove } from "./_auth.ts";
 import {
   checkDelta,
   checkKey,
@@ -66,6 +76,7 @@ import {
   frameSize,
   HANDSHAKE_MAX_FRAME_BYTES,
   hex,
+  NONCE_BYTES,
   Op,
   PROTOCOL_VERSION,
   ProtocolError,
@@ -131,10 +142,15 @@ interface Pending {
   readonly reject: (error: unknown) => void;
 }
 
+/** How long `close()` waits for the read loop and the writes to end once the connection is closed. */
+const CLOSE_WAIT_MS = 1_000;
+
 /**
  * A client of a {@linkcode TcpStoreServer}. One connection carries every call, many at once; blocking
  * calls hold no resources on the client but a pending entry, and the server answers them when the keys
- * are set. If the server goes away, every pending call fails at once with a StoreError.
+ * are set. If the server goes away, every pending call fails at once with a StoreError; if it stops
+ * answering, each call fails with a TimeoutError at its deadline (the store's `timeoutMs`). A call that
+ * timed out may still take effect on the server, if its request reached it.
  *
  * @example Rendezvous through rank 0's server
  * ```ts
@@ -163,14 +179,31 @@ export class TcpStore implements Store {
   /** Why calls fail now (client closed or connection lost); `undefined` while the connection is up. */
   #down: { reason: string; cause?: unknown } | undefined;
   #reading: Promise<void>;
+  /** When a frame was last sent (`performance.now()`), for the keep-alive. */
+  #lastSent = performance.now();
+  #keepAlive: ReturnType<typeof setInterval> | undefined;
 
-  private constructor(conn: Deno.TcpConn, reader: FrameReader, address: string, timeoutMs: number) {
+  private constructor(
+    conn: Deno.TcpConn,
+    reader: FrameReader,
+    address: string,
+    timeoutMs: number,
+    idleTimeoutMs: number,
+  ) {
     this.#conn = conn;
     this.#reader = reader;
     this.#address = address;
     this.#timeoutMs = timeoutMs;
     this.#maxFrameBytes = reader.maxFrameBytes;
     this.#reading = this.#readLoop();
+    if (idleTimeoutMs > 0) {
+      // The server closes a connection that sends nothing for its idle timeout: say something well before.
+      const every = Math.max(5, Math.floor(idleTimeoutMs / 3));
+      this.#keepAlive = setInterval(() => {
+        if (performance.now() - this.#lastSent >= every) this.#send(encodeFrame(0, Op.PING));
+      }, every);
+      Deno.unrefTimer(this.#keepAlive);
+    }
   }
 
   /**
@@ -181,7 +214,9 @@ export class TcpStore implements Store {
    * @throws {TypeError | RangeError} If an option is invalid.
    * @throws {TimeoutError} If no server answered within `connectTimeoutMs`; the cause is the last error.
    * @throws {StoreError} If the server refused this client (wrong or missing secret, other protocol
-   *   version), or the peer is not a dcomm store.
+   *   version, too many wrong secrets from this address, too many connections), the server could not prove
+   *   it knows this client's secret (it has none, or another process squats on its port), or the peer is not
+   *   a dcomm store.
    */
   static async connect(options: TcpStoreConnectOptions): Promise<TcpStore> {
     const hostname = options.hostname ?? "127.0.0.1";
@@ -209,8 +244,8 @@ export class TcpStore implements Store {
     return await retryUntil(async (stop) => {
       const conn = await connectOnce(hostname, port, stop);
       const reader = new FrameReader(maxFrameBytes);
-      await handshake(conn, reader, key, address, stop);
-      return new TcpStore(conn, reader, address, timeoutMs);
+      const { idleTimeoutMs } = await handshake(conn, reader, key, address, stop);
+      return new TcpStore(conn, reader, address, timeoutMs, idleTimeoutMs);
     }, {
       timeoutMs: connectTimeoutMs,
       signal,
@@ -293,11 +328,18 @@ export class TcpStore implements Store {
     return await this.#request(`check ${nameKeys(keys)}`, Op.CHECK, [strs(keys)], replyBool);
   }
 
-  /** Closes the connection: pending calls reject with a StoreError, and so do later calls. */
+  /**
+   * Closes the connection: pending calls reject with a StoreError, and so do later calls. It returns within
+   * a second even when the server stopped answering (a write stuck on a peer that reads nothing is dropped).
+   */
   async close(): Promise<void> {
     this.#shutDown("the TcpStore client was closed");
-    await this.#reading;
-    await this.#writes;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    await Promise.race([
+      Promise.all([this.#reading, this.#writes]),
+      new Promise<void>((resolve) => timer = setTimeout(resolve, CLOSE_WAIT_MS)),
+    ]);
+    clearTimeout(timer);
   }
 
   /**
@@ -318,10 +360,24 @@ export class TcpStore implements Store {
     return this.close();
   }
 
-  /** Sends a request and resolves with its decoded reply (an ERROR reply rejects with a StoreError). */
+  /**
+   * Sends a request and resolves with its decoded reply (an ERROR reply rejects with a StoreError), or
+   * rejects with a TimeoutError when no reply came within the store's `timeoutMs` (a late reply is ignored).
+   */
   #request<T>(what: string, op: number, fields: Field[], decode: (frame: Frame) => T): Promise<T> {
-    return new Promise<T>((resolve, reject) => {
-      this.#enqueue({ what, decode, resolve: resolve as (value: unknown) => void, reject }, op, fields);
+    return waitWithDeadline<T>((resolve, reject) => {
+      const id = this.#enqueue(
+        { what, decode, resolve: resolve as (value: unknown) => void, reject },
+        op,
+        fields,
+      );
+      return () => void this.#pending.delete(id);
+    }, {
+      timeoutMs: this.#timeoutMs,
+      what: `the store at ${this.#address} to answer ${what}`,
+      where: "",
+      timeoutDetail: () =>
+        " (the server accepted the connection but stopped answering: is its host up, running and reachable?)",
     });
   }
 
@@ -373,6 +429,7 @@ export class TcpStore implements Store {
   }
 
   #send(frame: Uint8Array): void {
+    this.#lastSent = performance.now();
     this.#writes = this.#writes
       .then(() => this.#down === undefined ? writeAll(this.#conn, frame) : undefined)
       .catch((error) => this.#lose(`a write failed (${messageOf(error)})`, error));
@@ -396,6 +453,12 @@ export class TcpStore implements Store {
   }
 
   #dispatch(frame: Frame): void {
+    if (frame.op === Reply.GOODBYE) {
+      const body = new Cursor(frame.body);
+      const reason = body.str();
+      body.end();
+      return this.#lose(`the server closed the connection: ${reason}`);
+    }
     const pending = this.#pending.get(frame.id);
     if (pending === undefined) return; // the reply to a request we cancelled
     // Decode before settling: a ProtocolError leaves the call pending, and losing the connection fails it.
@@ -418,6 +481,7 @@ export class TcpStore implements Store {
   #shutDown(reason: string, cause?: unknown): void {
     if (this.#down !== undefined) return;
     this.#down = { reason, cause };
+    clearInterval(this.#keepAlive);
     try {
       this.#conn.close();
     } catch { /* already closed */ }
@@ -443,19 +507,25 @@ async function connectOnce(hostname: string, port: number, stop: AbortSignal): P
   }
 }
 
-/** Reads HELLO, answers the challenge, reads the verdict. Closes `conn` on any failure. */
+/**
+ * Reads HELLO, proves the secret, reads the verdict and checks the server's own proof. Closes `conn` on any
+ * failure.
+ *
+ * @returns The server's idle timeout (0: none).
+ */
 async function handshake(
   conn: Deno.TcpConn,
   reader: FrameReader,
   key: CryptoKey | undefined,
   address: string,
   stop: AbortSignal,
-): Promise<void> {
+): Promise<{ idleTimeoutMs: number }> {
   const onStop = (): void => conn.close();
   stop.addEventListener("abort", onStop, { once: true });
   let ok = false;
   try {
     const hello = await readHello(conn, reader, address);
+    if (hello.op === Reply.AUTH_REFUSED) throw refusal(hello, address); // refused before HELLO
     if (hello.op !== Reply.HELLO) {
       throw new StoreError(
         `The peer at ${address} is not a dcomm store: it opened with opcode ${hex(hello.op)}`,
@@ -463,35 +533,52 @@ async function handshake(
     }
     const body = new Cursor(hello.body);
     const version = body.u8();
-    body.u8(); // flags: the server decides; a client without a secret sends an empty answer either way
-    const nonce = body.rest();
     if (version !== PROTOCOL_VERSION) {
       throw new StoreError(
         `The store at ${address} speaks protocol version ${version}, but this client speaks ${PROTOCOL_VERSION}: ` +
           "run the same dcomm version on every rank",
       );
     }
-    const answer = key === undefined ? new Uint8Array() : await answerChallenge(key, nonce);
-    await writeAll(conn, encodeFrame(0, Op.AUTH, [{ u8: PROTOCOL_VERSION }, { raw: answer }]));
-    const verdict = await readFrame(conn, reader, HANDSHAKE_MAX_FRAME_BYTES, address);
-    if (verdict.op === Reply.AUTH_REFUSED) {
-      const why = new Cursor(verdict.body);
-      const code = why.u8();
-      const reason = why.str();
-      if (code === Refused.SECRET) {
-        throw new StoreError(
-          `The store at ${address} refused this client: wrong or missing secret (set ${STORE_SECRET_ENV} ` +
-            "to the secret the launcher generated, or pass `secret` to TcpStore.connect())",
-        );
-      }
-      throw new StoreError(`The store at ${address} refused this client: ${reason}`);
+    const flags = body.u8();
+    const serverNonce = body.fixed(NONCE_BYTES);
+    body.end();
+    if (key !== undefined && (flags & 1) === 0) {
+      throw new StoreError(
+        `The store at ${address} has no secret, but this client has one: refusing it. Either the server was ` +
+          `started without ${STORE_SECRET_ENV} (start it with the same secret as the ranks), or another process ` +
+          "listening on its port is posing as the job's store",
+      );
     }
+    const clientNonce = crypto.getRandomValues(new Uint8Array(NONCE_BYTES));
+    const proof = key === undefined ? new Uint8Array() : await prove(key, "client", serverNonce, clientNonce);
+    await writeAll(
+      conn,
+      encodeFrame(0, Op.AUTH, [{ u8: PROTOCOL_VERSION }, { raw: clientNonce }, { raw: proof }]),
+    );
+    const verdict = await readFrame(conn, reader, HANDSHAKE_MAX_FRAME_BYTES, address);
+    if (verdict.op === Reply.AUTH_REFUSED) throw refusal(verdict, address);
     if (verdict.op !== Reply.AUTH_OK) {
       throw new StoreError(
         `The peer at ${address} is not a dcomm store: it answered AUTH with ${hex(verdict.op)}`,
       );
     }
+    const granted = new Cursor(verdict.body);
+    const idleTimeoutMs = granted.u32();
+    const serverProof = granted.rest();
+    if (
+      key !== undefined &&
+      (serverProof.length === 0 || !await checkProof(key, "server", serverNonce, clientNonce, serverProof))
+    ) {
+      throw new StoreError(
+        `The store at ${address} did not prove it knows the secret (its answer to this client's challenge was ` +
+          `${
+            serverProof.length === 0 ? "missing" : "wrong"
+          }): another process may be listening on its port ` +
+          "posing as the job's store; refusing it",
+      );
+    }
     ok = true;
+    return { idleTimeoutMs };
   } catch (error) {
     if (error instanceof ProtocolError) {
       throw new StoreError(`The peer at ${address} is not a dcomm store: ${error.message}`, { cause: error });
@@ -505,6 +592,20 @@ async function handshake(
       } catch { /* closed by onStop */ }
     }
   }
+}
+
+/** The StoreError of an AUTH_REFUSED frame. */
+function refusal(frame: Frame, address: string): StoreError {
+  const why = new Cursor(frame.body);
+  const code = why.u8();
+  const reason = why.str();
+  if (code === Refused.SECRET) {
+    return new StoreError(
+      `The store at ${address} refused this client: wrong or missing secret (set ${STORE_SECRET_ENV} ` +
+        "to the secret the launcher generated, or pass `secret` to TcpStore.connect())",
+    );
+  }
+  return new StoreError(`The store at ${address} refused this client: ${reason}`);
 }
 
 /** How long a server gets to send HELLO before the client asks whether it is torch's store instead. */

@@ -11,6 +11,12 @@
  * would release them. A wait that times out or is aborted sends torch's CANCEL_WAIT, as torch's client
  * does. There is no secret: torch's store has none.
  *
+ * Every call has a deadline, the store's `timeoutMs` (or a blocking call's own): a server that stops
+ * answering fails each call with a TimeoutError naming the call and the server. As torch's protocol has no
+ * request ids, a call that times out while its request is on the wire closes that connection (a late reply
+ * would be read as the next call's), and the next call opens another. (SET, APPEND and MULTI_SET have no
+ * reply in torch's protocol: only their write has a deadline.)
+ *
  * @module
  */
 import { StoreError, TimeoutError } from "../core/errors.ts";
@@ -83,6 +89,8 @@ export interface TorchStoreConnectOptions extends StoreOptions {
 const VALIDATE_REPLY_MS = 5_000;
 /** Connections kept for later blocking calls. */
 const MAX_IDLE = 8;
+/** How long the server gets to confirm a CANCEL_WAIT before the connection is closed instead. */
+const CANCEL_REPLY_MS = 5_000;
 
 const encoder = new TextEncoder();
 
@@ -269,7 +277,9 @@ export class TorchStore implements Store {
   readonly #address: string;
   readonly #timeoutMs: number;
   readonly #prefix: string;
-  readonly #main: TorchConn;
+  #main: TorchConn;
+  /** The main connection was closed because a call on it timed out: the next call opens another. */
+  #mainTimedOut = false;
   /** The calls on the main connection, in order. */
   #chain: Promise<unknown> = Promise.resolve();
   readonly #idle: TorchConn[] = [];
@@ -329,9 +339,9 @@ export class TorchStore implements Store {
     return this.#address;
   }
 
-  /** Whether the client was closed or lost its connection. */
+  /** Whether the client was closed or lost its connection (one closed after a timeout is reopened). */
   get closed(): boolean {
-    return this.#closed.signal.aborted || this.#main.down !== undefined;
+    return this.#closed.signal.aborted || (this.#main.down !== undefined && !this.#mainTimedOut);
   }
 
   /** {@inheritDoc Store.set} */
@@ -525,23 +535,122 @@ export class TorchStore implements Store {
     return keys.map((k) => this.#key(k));
   }
 
-  /** Runs `run` on the main connection after every call before it. */
+  /**
+   * Runs `run` on the main connection after every call before it, within the store's `timeoutMs` counted
+   * from now: a call still queued then is never sent, one under way closes the connection.
+   */
   #serial<T>(what: string, run: (c: TorchConn) => Promise<T>, hint = ""): Promise<T> {
-    const result = this.#chain.then(async () => {
-      if (this.#closed.signal.aborted) {
-        throw new StoreError(`Cannot ${what}: the TorchStore client was closed`);
-      }
-      try {
-        return await run(this.#main);
-      } catch (error) {
-        if (error instanceof StoreError && this.#main.down) {
-          throw new StoreError(`Cannot ${what}: ${error.message}${hint}`, { cause: error });
+    const timeoutMs = this.#timeoutMs;
+    const started = performance.now();
+    return waitWithDeadline<T>((resolve, reject) => {
+      let abandoned = false;
+      let running: TorchConn | undefined;
+      const stop = new AbortController();
+      const result = this.#chain.then(async () => {
+        if (abandoned) return undefined as T; // timed out while queued: never sent
+        if (this.#closed.signal.aborted) {
+          throw new StoreError(`Cannot ${what}: the TorchStore client was closed`);
         }
-        throw error;
-      }
+        const c = await this.#mainConn(
+          what,
+          timeoutMs,
+          timeoutMs - (performance.now() - started),
+          stop.signal,
+        );
+        running = c;
+        try {
+          return await run(c);
+        } catch (error) {
+          if (error instanceof StoreError && c.down) {
+            throw new StoreError(`Cannot ${what}: ${error.message}${hint}`, { cause: error });
+          }
+          throw error;
+        } finally {
+          running = undefined;
+        }
+      });
+      result.then(resolve, reject);
+      this.#chain = result.catch(() => {});
+      return () => {
+        abandoned = true;
+        stop.abort(new Error("timed out"));
+        if (running !== undefined) {
+          // No request ids in torch's protocol: a reply that comes later would be read as the next call's.
+          this.#mainTimedOut = true;
+          running.close(new Error(`the server did not answer ${what} within ${timeoutMs} ms`));
+        }
+      };
+    }, {
+      timeoutMs,
+      what: `the store at ${this.#address} to answer ${what}`,
+      where: "",
+      timeoutDetail: () =>
+        " (the server accepted the connection but stopped answering: is its host up, running and reachable?)",
     });
-    this.#chain = result.catch(() => {});
-    return result;
+  }
+
+  /** The main connection; one closed by a timeout is replaced, within what is left of the call's time. */
+  async #mainConn(
+    what: string,
+    timeoutMs: number,
+    remainingMs: number,
+    stop: AbortSignal,
+  ): Promise<TorchConn> {
+    if (this.#main.down === undefined || !this.#mainTimedOut) return this.#main; // a lost one fails the call
+    let c: TorchConn;
+    try {
+      c = await openWithRetry(this.#hostname, this.#port, this.#address, Math.max(0, remainingMs), stop);
+    } catch (error) {
+      if (error instanceof TimeoutError) {
+        throw new TimeoutError(
+          `Timed out after ${timeoutMs} ms waiting for the store at ${this.#address} to answer ${what}: ` +
+            `cannot open another connection (${error.message})`,
+          { cause: error },
+        );
+      }
+      throw error;
+    }
+    if (this.#closed.signal.aborted) {
+      c.close(new Error("the TorchStore client was closed"));
+      throw new StoreError(`Cannot ${what}: the TorchStore client was closed`);
+    }
+    if (this.#unref) c.unref();
+    this.#main = c;
+    this.#mainTimedOut = false;
+    return c;
+  }
+
+  /**
+   * Awaits `step` on `c` until `deadline` (`performance.now()` time): past it, `c` is closed (its state is
+   * unknown) and a TimeoutError names the call.
+   */
+  async #within<T>(
+    c: TorchConn,
+    what: string,
+    timeoutMs: number,
+    deadline: number,
+    step: Promise<T>,
+  ): Promise<T> {
+    step.catch(() => {}); // (its rejection once `c` is closed is expected)
+    const left = Math.max(0, deadline - performance.now());
+    if (left > 2 ** 31 - 1) return await step; // no deadline (setTimeout would fire at once)
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        c.close(new Error(`the server did not answer ${what} within ${timeoutMs} ms`));
+        reject(
+          new TimeoutError(
+            `Timed out after ${timeoutMs} ms waiting for the store at ${this.#address} to answer ${what} (the ` +
+              "server accepted the connection but stopped answering: is its host up, running and reachable?)",
+          ),
+        );
+      }, left);
+    });
+    try {
+      return await Promise.race([step, late]);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   /** WAITs for `wire` keys on a connection of its own, then runs `after` on it. */
@@ -555,14 +664,15 @@ export class TorchStore implements Store {
     const timeoutMs = checkTimeout(options.timeoutMs ?? this.#timeoutMs);
     if (this.#closed.signal.aborted) throw new StoreError(`Cannot ${what}: the TorchStore client was closed`);
     if (options.signal?.aborted) throw options.signal.reason;
-    const started = Date.now();
+    const started = performance.now();
+    const deadline = started + timeoutMs;
     const c = await this.#borrow(what, timeoutMs, options.signal);
     let healthy = true;
     try {
       const w = new TorchWriter().u8(TorchOp.WAIT).u64(wire.length);
       for (const k of wire) w.bytes(k);
-      await c.send(w.finish());
-      const remaining = Math.max(0, timeoutMs - (Date.now() - started));
+      await this.#within(c, what, timeoutMs, deadline, c.send(w.finish()));
+      const remaining = Math.max(0, deadline - performance.now());
       await waitWithDeadline<void>((resolve, reject) => {
         const answer = c.reply((q) => q.u8());
         answer.then((b) => {
@@ -579,13 +689,14 @@ export class TorchStore implements Store {
         };
       }, {
         timeoutMs: remaining,
+        reportMs: timeoutMs,
         signal: options.signal,
         closed: this.#closed.signal,
         what: nameKeys(keys),
         where: ` in the store at ${this.#address}`,
       });
-      const value = await after(c);
-      return value;
+      // Released: the value (of a get) follows at once, unless the server stopped answering meanwhile.
+      return await this.#within(c, what, timeoutMs, deadline, after(c));
     } catch (error) {
       if (c.down) healthy = false;
       if (error instanceof StoreError && c.down && !this.#closed.signal.aborted) {
@@ -639,6 +750,11 @@ export class TorchStore implements Store {
   /** Cancels the WAIT pending on `c`; `c` goes back to the pool once the server confirmed it. */
   #cancel(c: TorchConn, answer: Promise<number>): void {
     this.#busy.add(c);
+    const timer = setTimeout(
+      () => c.close(new Error(`the server did not confirm CANCEL_WAIT within ${CANCEL_REPLY_MS} ms`)),
+      CANCEL_REPLY_MS,
+    );
+    Deno.unrefTimer(timer);
     (async () => {
       await c.send(new TorchWriter().u8(TorchOp.CANCEL_WAIT).finish());
       // A STOP_WAITING may have crossed the cancel: then WAIT_CANCELED follows it.
@@ -647,10 +763,12 @@ export class TorchStore implements Store {
       if (b !== WaitReply.WAIT_CANCELED) throw new Error(`CANCEL_WAIT answered with ${b}`);
     })().then(
       () => {
+        clearTimeout(timer);
         this.#busy.delete(c);
         this.#giveBack(c);
       },
       (error) => {
+        clearTimeout(timer);
         this.#busy.delete(c);
         c.close(error instanceof Error ? error : new Error(String(error)));
       },

@@ -5,17 +5,21 @@
  * and Deno ranks. The launcher serves it with `--store-protocol torch`.
  *
  * It has **no secret**, as torch's store has none: anyone who reaches its port can read and write every
- * key. Bind it to loopback, or to a network only the job's hosts reach. dcomm's own
- * {@linkcode TcpStoreServer} (challenge–response secret) is the default for dcomm-only jobs.
+ * key. Bind it to loopback, or to a network only the job's hosts reach (bound beyond loopback, it says so
+ * in one warning line when it starts). dcomm's own {@linkcode TcpStoreServer} (mutual challenge–response
+ * secret) is the default for dcomm-only jobs; the security model is in `docs/store.md`.
  *
  * One event loop serves every client, one request at a time, which makes every operation atomic. A WAIT
  * parks until its keys are set; a client that breaks the protocol or a limit (keys over 8 KiB, values over
- * 8 MiB, as torch's libuv server) has its connection closed and costs one log line.
+ * 8 MiB, as torch's libuv server) has its connection closed and costs one log line (at most 5 such lines a
+ * second, then one counting the ones left out). Connections are capped (`maxConnections`): torch's protocol
+ * cannot say why, so one over the cap is closed at once, with a log line.
  *
  * @module
  */
 import { StoreError } from "../core/errors.ts";
-import { Acceptor, formatAddr } from "./_acceptor.ts";
+import { Acceptor, defaultMaxConnections, formatAddr, isLoopbackHost } from "./_acceptor.ts";
+import { LogLimiter } from "./_log.ts";
 import { KeyTable } from "./_table.ts";
 import {
   ByteQueue,
@@ -50,7 +54,19 @@ export interface TorchStoreServerOptions {
   hostname?: string;
   /** The port to bind; 0 picks a free one. @default {0} */
   port?: number;
-  /** Receives one line per connection closed for breaking the protocol. @default {console.warn} */
+  /**
+   * The most connections served at once; one more is closed at once (torch's protocol has no way to say
+   * why: the log line does).
+   *
+   * @default {half this process's limit on open files, between 16 and 4096 (512 where it cannot be read)}
+   */
+  maxConnections?: number;
+  /**
+   * Receives the warning of a server bound beyond loopback, and one line per connection closed for breaking
+   * the protocol or over the cap (at most 5 such lines a second, then one counting the ones left out).
+   *
+   * @default {console.warn}
+   */
   log?: (message: string) => void;
 }
 
@@ -90,17 +106,40 @@ const UNSUPPORTED: Readonly<Record<number, string>> = {
  */
 export class TorchStoreServer implements AsyncDisposable {
   #acceptor: Acceptor<Session>;
-  #log: (message: string) => void;
+  #log: LogLimiter;
   #table = new KeyTable();
 
-  private constructor(bind: { hostname: string; port: number }, options: TorchStoreServerOptions) {
-    this.#log = options.log ?? console.warn;
+  private constructor(
+    bind: { hostname: string; port: number },
+    maxConnections: number,
+    options: TorchStoreServerOptions,
+  ) {
+    const log = options.log ?? console.warn;
+    let address = `${bind.hostname}:${bind.port}`;
+    this.#log = new LogLimiter((line) => log(`torch store server ${address}: ${line}`));
     this.#acceptor = new Acceptor(
       bind,
       "torch store server",
       (conn) => this.#open(conn),
       (l) => this.#report(l),
+      {
+        maxSessions: maxConnections,
+        refuse: (conn, open) => {
+          this.#report(
+            `refused ${formatAddr(conn.remoteAddr)}: ${open} connections open, the limit (maxConnections)`,
+          );
+          return Promise.resolve();
+        },
+      },
     );
+    address = this.address;
+    if (!isLoopbackHost(bind.hostname)) {
+      this.#log.always(
+        "WARNING: torch's TCPStore protocol has no secret: anyone who reaches this port can read, change and " +
+          "delete every key (the world's addresses and tokens); bind loopback or a network only the job's hosts " +
+          "reach, or use dcomm's protocol with DCOMM_STORE_SECRET (see docs/store.md)",
+      );
+    }
   }
 
   /**
@@ -131,7 +170,13 @@ export class TorchStoreServer implements AsyncDisposable {
     if (options.log !== undefined && typeof options.log !== "function") {
       throw new TypeError(`Invalid log: expected a function, found ${typeof options.log}`);
     }
-    return new TorchStoreServer({ hostname, port }, options);
+    const maxConnections = options.maxConnections ?? defaultMaxConnections();
+    if (!Number.isInteger(maxConnections) || maxConnections < 1) {
+      throw new RangeError(
+        `Invalid maxConnections: expected a positive integer, found ${String(maxConnections)}`,
+      );
+    }
+    return new TorchStoreServer({ hostname, port }, maxConnections, options);
   }
 
   /** The address the server is bound to. */
@@ -162,6 +207,7 @@ export class TorchStoreServer implements AsyncDisposable {
   /** Stops listening and closes every connection; the keys are dropped. Closing twice is a no-op. */
   async close(): Promise<void> {
     if (await this.#acceptor.close((session) => this.#closeConn(session))) this.#table.clear();
+    this.#log.close();
   }
 
   /** Lets the process exit while the server idles (see `TcpStoreServer.unref`). */
@@ -358,10 +404,9 @@ export class TorchStoreServer implements AsyncDisposable {
       .catch(() => this.#closeConn(session));
   }
 
+  /** One log line about a client, rate-limited (a throwing logger cannot hurt the server). */
   #report(line: string): void {
-    try {
-      this.#log(`torch store server ${this.address}: ${line}`);
-    } catch { /* a throwing logger cannot hurt the server */ }
+    this.#log.line(line);
   }
 
   #closeConn(session: Session): void {

@@ -57,7 +57,7 @@ if (mode === "joinOnly") {
   } catch (e) {
     console.log(`FAILED ${failure(e, t0)}`);
   }
-  const later: [string, () => Promise<unknown>][] = [
+  const later: [string, () => PromiseLike<unknown>][] = [
     ["small", () => pg.allReduce(new Float32Array(16))],
     ["large", () => pg.allReduce(new Float32Array(1 << 22))],
     ["barrier", () => pg.barrier()],
