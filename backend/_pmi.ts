@@ -45,6 +45,8 @@ export interface PmiStoreAddress {
   hostname: string;
   /** Its port. */
   port: number;
+  /** The store's secret, when rank 0 published one with the address. */
+  secret?: string;
 }
 
 /** Options of {@linkcode pmiStoreAddress}. */
@@ -56,6 +58,11 @@ export interface PmiStoreAddressOptions {
    * (`MPI_LOCALNRANKS` equals `PMI_SIZE`), else this host's first non-loopback IPv4 address
    */
   hostname?: string;
+  /**
+   * A secret rank 0 publishes with the address (its value is `secret@host:port`): the launcher's key-value
+   * space reaches only the job's processes, so a store it guards is the job's alone. Hex digits only.
+   */
+  secret?: string;
 }
 
 type Env = Readonly<Record<string, string | undefined>>;
@@ -135,7 +142,7 @@ export async function pmiStoreAddress(
       const hostname = options.hostname ?? publishedHostname(env, size);
       try {
         const port = await serve(hostname);
-        value = `${hostname}:${port}`;
+        value = `${options.secret ? `${options.secret}@` : ""}${hostname}:${port}`;
       } catch (e) {
         failure = e;
         value = ERROR_PREFIX + encodeURIComponent(e instanceof Error ? e.message : String(e));
@@ -220,16 +227,23 @@ function parseAddress(value: string, key: string, fd: number): PmiStoreAddress {
     }
     throw new DistError(`Cannot rendezvous: rank 0 could not start the store: ${reason}`, { code: "PMI" });
   }
-  const colon = value.lastIndexOf(":");
-  const port = Number(value.slice(colon + 1));
-  if (colon <= 0 || !/^\d+$/.test(value.slice(colon + 1)) || port > 65535) {
+  const at = /^[0-9a-f]+@/.exec(value);
+  const secret = at === null ? undefined : at[0].slice(0, -1);
+  const address = at === null ? value : value.slice(at[0].length);
+  const colon = address.lastIndexOf(":");
+  const port = Number(address.slice(colon + 1));
+  if (colon <= 0 || !/^\d+$/.test(address.slice(colon + 1)) || port > 65535) {
     throw new DistError(
-      `Cannot rendezvous through MPICH's PMI (PMI_FD=${fd}): expected "host:port" under ${key}, found ` +
-        `"${value}"`,
+      `Cannot rendezvous through MPICH's PMI (PMI_FD=${fd}): expected "host:port" (or "secret@host:port") ` +
+        `under ${key}, found "${secret === undefined ? value : `<secret>@${address}`}"`,
       { code: "PMI" },
     );
   }
-  return { hostname: value.slice(0, colon), port };
+  return secret === undefined ? { hostname: address.slice(0, colon), port } : {
+    hostname: address.slice(0, colon),
+    port,
+    secret,
+  };
 }
 
 function int(env: Env, name: string): number | undefined {

@@ -30,7 +30,7 @@
  * @module
  */
 import { StoreError, TimeoutError } from "../core/errors.ts";
-import { STORE_SECRET_ENV } from "../store/secret.ts";
+import { generateSecret, STORE_INSECURE_ENV, STORE_SECRET_ENV } from "../store/secret.ts";
 import type { Store } from "../store/store.ts";
 import { TcpStore } from "../store/tcp_store.ts";
 import { TcpStoreServer } from "../store/tcp_store_server.ts";
@@ -257,7 +257,9 @@ export class Rendezvous {
     const method = parseInitMethod(options.initMethod ?? "env://");
     const timeoutMs = options.timeoutMs ?? 300_000;
     const how = plan(env, options.storePrefix);
-    const secret = how.protocol === "dcomm" ? options.secret ?? env[STORE_SECRET_ENV] : undefined;
+    // A world of one rank meets nobody else: its store gets a secret of its own (no store open to others).
+    const solo = info.worldSize === 1 && !how.hosted ? generateSecret() : undefined;
+    let secret = how.protocol === "dcomm" ? options.secret ?? env[STORE_SECRET_ENV] ?? solo : undefined;
     let hostname = method.hostname ?? info.masterAddr;
     let port = method.port ?? info.masterPort;
     let server: TcpStoreServer | TorchStoreServer | undefined;
@@ -273,7 +275,13 @@ export class Rendezvous {
       try {
         server = how.protocol === "torch"
           ? await TorchStoreServer.listen(bind)
-          : await TcpStoreServer.listen({ ...bind, secret });
+          : await TcpStoreServer.listen({
+            ...bind,
+            secret,
+            // Under srun with nothing set there is no channel private to the job to pass a secret through:
+            // serve anyway, with the server's warning naming DCOMM_STORE_SECRET (examples/slurm sets one).
+            insecure: env[STORE_INSECURE_ENV] === "1" || (info.addressSource === "slurm" && !secret),
+          });
       } catch (e) {
         if (!(e instanceof StoreError)) throw e;
         if (slurm) throw new StoreError(e.message + slurm("the port is"), { cause: e });
@@ -293,8 +301,17 @@ export class Rendezvous {
     if (hostname === undefined && port === undefined && info.worldSize > 1 && !how.hosted) {
       // Under MPICH's mpiexec the address comes from its PMI: rank 0 serves and publishes it there.
       try {
-        const found = await pmiStoreAddress(env, (host) => serve(host, 0), { timeoutMs });
-        if (found) ({ hostname, port } = found);
+        // With no secret given, rank 0 makes one and publishes it with the address: MPICH's key-value
+        // space reaches only the job's processes, so the store stays the job's alone.
+        const own = how.protocol === "dcomm" && !secret && info.rank === 0 && env["PMI_FD"]
+          ? generateSecret()
+          : undefined;
+        if (own !== undefined) secret = own;
+        const found = await pmiStoreAddress(env, (host) => serve(host, 0), { timeoutMs, secret: own });
+        if (found) {
+          ({ hostname, port } = found);
+          if (how.protocol === "dcomm" && !secret && found.secret !== undefined) secret = found.secret;
+        }
       } catch (e) {
         await server?.[Symbol.asyncDispose]();
         throw e;
@@ -479,14 +496,19 @@ export class Rendezvous {
     this.server?.ref();
     const base = scope ? `${this.prefix}/${scope}` : this.prefix;
     const world = Array.from({ length: this.info.worldSize }, (_, r) => `${base}/closed/${r}`);
+    // Closing waits at most CLOSE_MS on the store (its host stopped, a partition): not the whole timeout.
+    const bound = Math.min(this.timeoutMs, CLOSE_MS);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new TimeoutError(`checking out took over ${bound} ms`)), bound);
+    });
     try {
-      await this.store.set(`${base}/closed/${this.info.rank}`, "1");
-      if (this.server && !failed) {
-        await this.store.wait(world, { timeoutMs: Math.min(this.timeoutMs, 30_000) });
-      }
+      await Promise.race([this.store.set(`${base}/closed/${this.info.rank}`, "1"), late]);
+      if (this.server && !failed) await this.store.wait(world, { timeoutMs: bound });
     } catch {
       // A rank that died never checks out; closing must not fail because of it.
     } finally {
+      clearTimeout(timer);
       await this.abandon();
     }
   }
@@ -503,6 +525,9 @@ export class Rendezvous {
     await this.server?.[Symbol.asyncDispose]();
   }
 }
+
+/** The longest a rank's close waits on the store. */
+const CLOSE_MS = 30_000;
 
 /** What to do when another job's store holds this job's port. */
 const OWN_PORT = "Give each job its own MASTER_PORT, or let dcomm's launcher choose a free one " +

@@ -95,6 +95,9 @@ function assertOneStore(results: PmiRankResult[], rendezvous: number): void {
     assert.equal(r.error, undefined, `rank ${r.rank}: ${r.error?.message}`);
     assert.equal(r.addresses.length, rendezvous, `rank ${r.rank}: ${JSON.stringify(r)}`);
     assert.deepEqual(r.addresses, results[0].addresses, `rank ${r.rank} got another address than rank 0`);
+    for (const a of r.addresses) {
+      assert.match(a.secret ?? "", /^[0-9a-f]{64}$/, "rank 0's secret travels with the address");
+    }
     assert.deepEqual(
       r.seen,
       Array(rendezvous).fill([0, 1, 2]),

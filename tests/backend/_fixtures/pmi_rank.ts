@@ -19,6 +19,7 @@ import { type PmiStoreAddress, pmiStoreAddress, type PmiStoreAddressOptions } fr
 import { isLoopback } from "../../../backend/env.ts";
 import { TcpStore } from "../../../store/tcp_store.ts";
 import { TcpStoreServer } from "../../../store/tcp_store_server.ts";
+import { generateSecret } from "../../../store/secret.ts";
 
 /** What a rank prints. */
 export interface PmiRankResult {
@@ -47,13 +48,16 @@ async function rendezvous(round: number, options: PmiStoreAddressOptions = {}): 
   let server: TcpStoreServer | undefined;
   let address: PmiStoreAddress | undefined;
   try {
+    // As the rendezvous does: rank 0 makes the store's secret and publishes it with the address.
+    const secret = rank === 0 ? generateSecret() : undefined;
     address = await pmiStoreAddress(env, async (hostname) => {
       server = await TcpStoreServer.listen({
         hostname: isLoopback(hostname) ? "127.0.0.1" : "0.0.0.0",
         port: 0,
+        secret,
       });
       return server.port;
-    }, { timeoutMs: 60_000, ...options });
+    }, { timeoutMs: 60_000, secret, ...options });
   } catch (e) {
     // The store rank 0 started is the caller's to close when the rendezvous fails after it.
     await server?.close();
