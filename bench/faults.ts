@@ -204,23 +204,53 @@ const store: Record<string, unknown> = {};
   };
 }
 {
-  // Wrong secrets: every attempt refused.
+  // Wrong secrets, on a server of their own (the rate limit is per address, and every client here is
+  // 127.0.0.1): every attempt refused, those after the limit before any challenge.
+  await using guarded = await TcpStoreServer.listen({
+    hostname: "127.0.0.1",
+    port: 0,
+    secret,
+    log: () => {},
+  });
   const n = Number(flags.wrong), t0 = performance.now();
-  let refused = 0;
+  let refused = 0, rateLimited = 0;
+  const limitedMs: number[] = [];
   for (let i = 0; i < n; i++) {
+    const t = performance.now();
     try {
       const s = await TcpStore.connect({
         hostname: "127.0.0.1",
-        port,
+        port: guarded.port,
         secret: generateSecret(),
         timeoutMs: 10_000,
       });
       await s.close();
-    } catch {
+    } catch (e) {
       refused++;
+      if (/too many failed attempts/.test((e as Error).message)) {
+        rateLimited++;
+        limitedMs.push(performance.now() - t);
+      }
     }
   }
-  store.wrongSecret = { attempts: n, refused, msPerAttempt: (performance.now() - t0) / n };
+  const right = await TcpStore.connect({
+    hostname: "127.0.0.1",
+    port: guarded.port,
+    secret,
+    timeoutMs: 5_000,
+  })
+    .then(
+      async (s) => (await s.close(), "served"),
+      (e: Error) => (/too many failed/.test(e.message) ? "refused (rate-limited)" : `refused: ${e.message}`),
+    );
+  store.wrongSecret = {
+    attempts: n,
+    refused,
+    rateLimited,
+    msPerLimitedAttempt: limitedMs.length ? limitedMs.reduce((a, b) => a + b, 0) / limitedMs.length : null,
+    rightSecretWhileBlocked: right,
+    msPerAttempt: (performance.now() - t0) / n,
+  };
 }
 {
   // A flood of idle connections, held open; then a good client, while they are held and after.
@@ -344,8 +374,21 @@ console.log(
   `| ${m.connections} connections of random bytes | ${m.closedByServer} closed by the server, ` +
     `${(m.ms / 1000).toFixed(1)} s, RSS +${m.rssDeltaMiB.toFixed(0)} MiB |`,
 );
-const w = store.wrongSecret as { attempts: number; refused: number; msPerAttempt: number };
-console.log(`| ${w.attempts} wrong secrets | ${w.refused} refused, ${w.msPerAttempt.toFixed(1)} ms each |`);
+const w = store.wrongSecret as {
+  attempts: number;
+  refused: number;
+  rateLimited: number;
+  msPerLimitedAttempt: number | null;
+  rightSecretWhileBlocked: string;
+  msPerAttempt: number;
+};
+console.log(
+  `| ${w.attempts} wrong secrets from one address | ${w.refused} refused, ${w.rateLimited} of them rate-limited ` +
+    `before any challenge (${
+      w.msPerLimitedAttempt?.toFixed(2) ?? "-"
+    } ms each); the right secret from that ` +
+    `address meanwhile: ${w.rightSecretWhileBlocked} |`,
+);
 const f = store.flood as {
   connections: number;
   opened: number;
