@@ -20,9 +20,9 @@ const { values: flags } = parseArgs({
   args: Deno.args,
   options: {
     ranks: { type: "string", default: "1,2,4" },
-    steps: { type: "string", default: "20" },
+    steps: { type: "string", default: "60" },
     batch: { type: "string", default: "32" },
-    "overlap-steps": { type: "string", default: "20" },
+    "overlap-steps": { type: "string", default: "60" },
     out: { type: "string", default: new URL("./results/tfjs.json", import.meta.url).pathname },
   },
 });
