@@ -17,6 +17,8 @@ WORK="${TMPDIR:-/tmp}/dcomm-gpu"
 mkdir -p "$OUT" "$WORK"
 export DENO_DIR="$WORK/deno-dir" NO_COLOR=1
 PY="${PYTHON:-python3}"
+# nvcc may sit outside PATH in CUDA's own folder.
+[ -d /usr/local/cuda/bin ] && export PATH="$PATH:/usr/local/cuda/bin"
 failed=()
 step() { printf '\n== %s\n' "$*"; }
 
@@ -56,16 +58,17 @@ for name in ("nvidia.cu13", "nvidia.cuda_runtime"):
 echo "DCOMM_NCCL_PATH=${DCOMM_NCCL_PATH:-unset}"
 echo "DCOMM_NCCL_INCLUDE=${DCOMM_NCCL_INCLUDE:-unset}"
 echo "DCOMM_CUDART_PATH=${DCOMM_CUDART_PATH:-unset: the loader searches}"
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv 2>&1 | head -3
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv 2>&1 | head -3 |
+  tee "$OUT/nvidia-smi.txt"
 
 step "doctor"
-timeout 120 "$DENO" run -A --no-check cli/doctor.ts --backend nccl | tee "$OUT/doctor.txt"
+timeout 60 "$DENO" run -A --no-check cli/doctor.ts --backend nccl | tee "$OUT/doctor.txt"
 doctor_rc=${PIPESTATUS[0]}
-timeout 120 "$DENO" run -A --no-check cli/doctor.ts --json >"$OUT/doctor.json" 2>&1
+timeout 60 "$DENO" run -A --no-check cli/doctor.ts --json >"$OUT/doctor.json" 2>&1
 [ "$doctor_rc" -eq 0 ] || failed+=("doctor: the nccl backend cannot run")
 
 step "tests"
-timeout 420 "$DENO" test -A --no-check tests/gpu/ tests/ffi/locate_test.ts tests/ffi/cudart_test.ts \
+timeout 200 "$DENO" test -A --no-check tests/gpu/ tests/ffi/locate_test.ts tests/ffi/cudart_test.ts \
   tests/ffi/nccl_test.ts tests/ffi/layout_test.ts tests/backend/nccl/ tests/cli/doctor_test.ts \
   >"$OUT/tests.log" 2>&1
 test_rc=$?
@@ -85,7 +88,7 @@ else
 fi
 
 step "benchmark"
-timeout 300 "$DENO" run -A --no-check bench/nccl.ts --quick --overhead "${native_args[@]}" \
+timeout 150 "$DENO" run -A --no-check bench/nccl.ts --quick --overhead "${native_args[@]}" \
   --out "$OUT/collectives-nccl.json" --details "$OUT/nccl-details.json" 2>&1 | tee "$OUT/bench.txt"
 bench_rc=${PIPESTATUS[0]}
 [ "$bench_rc" -eq 0 ] || failed+=("benchmark (rc $bench_rc: a wrong element or a failure)")
