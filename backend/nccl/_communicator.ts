@@ -75,7 +75,7 @@ export class Communicator {
       // Before 2.14 there is no non-blocking init: this blocks until every rank joins.
       return new Communicator(commInitRank(init.size, init.id, init.rank), init.size, init.rank, undefined);
     }
-    const config = buildNcclConfig({ ...init.config, blocking: 0 });
+    const config = buildNcclConfig({ ...init.config, blocking: 0 }, lib.version.code);
     const started = commInitRankConfig(init.size, init.id, init.rank, config);
     const comm = new Communicator(started.comm, init.size, init.rank, config);
     if (started.inProgress) {
@@ -201,24 +201,31 @@ export class Communicator {
     key: number,
     options: { config: NcclConfigOptions; timeoutMs: number; signal?: AbortSignal },
   ): Promise<Communicator | null> {
+    const version = nccl().version.code;
     const config = this.#nonblocking
-      ? buildNcclConfig({ ...options.config, blocking: 0 })
-      : buildNcclConfig(options.config);
+      ? buildNcclConfig({ ...options.config, blocking: 0 }, version)
+      : buildNcclConfig(options.config, version);
+    const what = `ncclCommSplit(key ${key})`;
+    const deadline = performance.now() + options.timeoutMs;
+    const left = (): number => Math.max(1, deadline - performance.now());
+    // NCCL refuses a split while an earlier non-blocking operation of this communicator is in progress.
+    if (this.#nonblocking) {
+      await this.#settleAsync(`${what}: the operations before it`, left(), options.signal, false);
+    }
     const started = commSplit(this.handle, member ? 0 : NCCL_SPLIT_NOCOLOR, key, config);
-    if (started.inProgress) {
-      // The parent reports the split's progress; NCCL writes the child's handle when it completes.
-      await this.#settleAsync(`ncclCommSplit(key ${key})`, options.timeoutMs, options.signal, false);
+    if (this.#nonblocking) {
+      // The parent reports the split's progress (whatever the call returned); NCCL writes the child's
+      // handle when the split completes.
+      await this.#settleAsync(what, left(), options.signal, false);
     }
     const child = Deno.UnsafePointer.create(started.out[0]);
-    if (!member || child === null) return null;
+    if (!member) return null;
+    if (child === null) {
+      throw new DistError(`${what} completed without a communicator for this rank, which is a member`);
+    }
     const comm = new Communicator(child, 0, key, config);
     if (this.#nonblocking) {
-      await comm.#settleAsync(
-        `the child of ncclCommSplit(key ${key})`,
-        options.timeoutMs,
-        options.signal,
-        true,
-      );
+      await comm.#settleAsync(`the child of ${what}`, left(), options.signal, true);
     }
     const out = new Int32Array(1);
     const rc = nccl().symbols.ncclCommCount(child, out);

@@ -40,6 +40,7 @@ import type {
   NcclRunContext,
 } from "./options.ts";
 import { hasFeature, requireFeature } from "../../ffi/nccl/features.ts";
+import { oneRankPremulDropsTail, oneRankPremulPieces } from "./_one_rank.ts";
 import { checkStarted, ncclError } from "../../ffi/nccl/nccl.ts";
 import type { NcclSymbols } from "../../ffi/nccl/symbols.ts";
 import type { NcclConfigOptions } from "../../ffi/nccl/config.ts";
@@ -371,6 +372,42 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
       (op: ReduceOp, issue: (s: NcclSymbols, redOp: number, comm: Pointer, stream: Pointer) => number) =>
       (s: NcclSymbols, comm: Pointer, stream: Pointer): number =>
         this.#withOp(what, dtype, op, scale, comm, (redOp) => issue(s, redOp, comm, stream));
+    /**
+     * A reducing call over `count` elements from `first` (`at` shifts a pointer there); a one-rank
+     * PreMulSum on NCCL before 2.29.7 goes in the pieces its kernel covers whole, in one NCCL group.
+     */
+    const reducingAll = (
+      op: ReduceOp,
+      count: number,
+      issue: (
+        s: NcclSymbols,
+        redOp: number,
+        comm: Pointer,
+        stream: Pointer,
+        first: number,
+        n: bigint,
+      ) => number,
+    ): Issue => {
+      const pieces = scale !== undefined && n === 1 && oneRankPremulDropsTail(version)
+        ? oneRankPremulPieces(count, dtypeSize(dtype))
+        : [[0, count] as [number, number]];
+      if (pieces.length === 1) {
+        return reducing(op, (s, redOp, comm, stream) => issue(s, redOp, comm, stream, 0, BigInt(count)));
+      }
+      return reducing(op, (s, redOp, comm, stream) =>
+        this.#grouped(s, () => {
+          let rc: number = NcclResult.Success;
+          for (const [first, k] of pieces) {
+            rc = issue(s, redOp, comm, stream, first, BigInt(k));
+            if (rc !== NcclResult.Success && rc !== NcclResult.InProgress) break;
+          }
+          return rc;
+        }));
+    };
+    const at = (pointer: Pointer, first: number): Pointer =>
+      first === 0
+        ? pointer
+        : Deno.UnsafePointer.offset(pointer as Deno.PointerObject, first * dtypeSize(dtype));
     let operands: Operand[];
     let issue: Issue;
     let bytesSent: number;
@@ -423,10 +460,17 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
           bytesSent = n > 1 ? io.bytes : 0;
         } else {
           issue = collective === "allReduce"
-            ? reducing(op, (s, redOp, comm, stream) => s.ncclAllReduce(p, p, count, t, redOp, comm, stream))
-            : reducing(
+            ? reducingAll(
               op,
-              (s, redOp, comm, stream) => s.ncclReduce(p, p, count, t, redOp, root, comm, stream),
+              tensor.length,
+              (s, redOp, comm, stream, first, k) =>
+                s.ncclAllReduce(at(p, first), at(p, first), k, t, redOp, comm, stream),
+            )
+            : reducingAll(
+              op,
+              tensor.length,
+              (s, redOp, comm, stream, first, k) =>
+                s.ncclReduce(at(p, first), at(p, first), k, t, redOp, root, comm, stream),
             );
           bytesSent = collective === "allReduce" ? (2 * (n - 1) / n) * io.bytes : n > 1 ? io.bytes : 0;
         }
@@ -448,10 +492,11 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
           issue = (s, comm, stream) => s.ncclAllGather(src, dst, count, t, comm, stream);
           bytesSent = (n - 1) * inp.bytes;
         } else if (collective === "reduceScatter") {
-          const count = BigInt(output.length);
-          issue = reducing(
+          issue = reducingAll(
             op,
-            (s, redOp, comm, stream) => s.ncclReduceScatter(src, dst, count, t, redOp, comm, stream),
+            output.length,
+            (s, redOp, comm, stream, first, k) =>
+              s.ncclReduceScatter(at(src, first), at(dst, first), k, t, redOp, comm, stream),
           );
           bytesSent = (n - 1) * out.bytes;
         } else {
@@ -1099,6 +1144,11 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
       // Queued copies may still use the slots: retire them. The events are unused or complete soon.
       for (const o of operands) if (o.host) ctx.staging.quarantine(o.host.slot);
       for (const ev of events) ctx.releaseEvent(ev);
+      if (comm.ready && comm.nonblocking && keepsError(comm)) {
+        // NCCL kept the error on the communicator (2.28 does, for a bad argument): it refuses every later
+        // call, so it is aborted and later calls name this error instead of NCCL's stale one.
+        comm.abort();
+      }
       if (!comm.ready) this.#abortReason ??= e as Error;
       return new NcclWork(Promise.reject(e), completion);
     }
@@ -1159,4 +1209,14 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
 
 function offset(pointer: Deno.PointerValue, bytes: number): Deno.PointerValue {
   return pointer === null || bytes === 0 ? pointer : Deno.UnsafePointer.offset(pointer, bytes);
+}
+
+/** Whether a communicator reports an error (not success, not in progress) after a call failed. */
+function keepsError(comm: Communicator): boolean {
+  try {
+    const state = comm.asyncError();
+    return state !== NcclResult.Success && state !== NcclResult.InProgress;
+  } catch {
+    return true;
+  }
 }

@@ -7,9 +7,10 @@
  *
  * @module
  */
-import { fieldNames, type StructLayout, structLayout } from "../_layout.ts";
+import { fieldNames, type FieldSpec, type StructLayout, structLayout } from "../_layout.ts";
+import { UnsupportedError } from "../../core/errors.ts";
 import { Struct } from "../_struct.ts";
-import { NCCL_API_MAGIC, NCCL_CONFIG_UNDEF_INT, ncclVersionCode } from "./constants.ts";
+import { NCCL_API_MAGIC, NCCL_CONFIG_UNDEF_INT, ncclVersionCode, parseNcclVersion } from "./constants.ts";
 
 /** The layout of `ncclConfig_t` 2.30 (96 bytes, align 8), measured against `nccl.h` 2.30.7. */
 export const NCCL_CONFIG_LAYOUT: StructLayout<
@@ -38,6 +39,69 @@ export const NCCL_CONFIG_LAYOUT: StructLayout<
   maxP2pPeers: [88, 4, "i32"], // 2.30
   graphStreamOrdering: [92, 4, "i32"], // 2.30.5
 });
+
+/**
+ * The release that added each field of {@linkcode NCCL_CONFIG_LAYOUT} (a version code): a library older
+ * than a field ignores it, so {@linkcode buildNcclConfig} refuses to set one the loaded library lacks, and
+ * {@linkcode ncclConfigLayoutFor} gives the struct an older `nccl.h` declares.
+ */
+export const NCCL_CONFIG_SINCE: Readonly<Record<keyof typeof NCCL_CONFIG_LAYOUT.fields, number>> = Object
+  .freeze({
+    size: ncclVersionCode(2, 14),
+    magic: ncclVersionCode(2, 14),
+    version: ncclVersionCode(2, 14),
+    blocking: ncclVersionCode(2, 14),
+    cgaClusterSize: ncclVersionCode(2, 17),
+    minCTAs: ncclVersionCode(2, 17),
+    maxCTAs: ncclVersionCode(2, 17),
+    netName: ncclVersionCode(2, 17),
+    splitShare: ncclVersionCode(2, 18),
+    trafficClass: ncclVersionCode(2, 25),
+    commName: ncclVersionCode(2, 27),
+    collnetEnable: ncclVersionCode(2, 27),
+    CTAPolicy: ncclVersionCode(2, 27),
+    shrinkShare: ncclVersionCode(2, 27),
+    nvlsCTAs: ncclVersionCode(2, 27),
+    nChannelsPerNetPeer: ncclVersionCode(2, 28),
+    nvlinkCentricSched: ncclVersionCode(2, 28),
+    graphUsageMode: ncclVersionCode(2, 29),
+    numRmaCtx: ncclVersionCode(2, 29),
+    maxP2pPeers: ncclVersionCode(2, 30),
+    graphStreamOrdering: ncclVersionCode(2, 30, 5),
+  });
+
+/**
+ * The `ncclConfig_t` of the `nccl.h` of release `version`: the fields of {@linkcode NCCL_CONFIG_LAYOUT}
+ * that release has, at the same offsets (every release appends), `sizeof` rounded up to 8.
+ *
+ * @param version An NCCL version code (2.14 or newer).
+ * @returns The layout.
+ * @throws {RangeError} Before 2.14, which has no `ncclConfig_t`.
+ *
+ * @example The struct of NCCL 2.28
+ * ```ts
+ * import { ncclConfigLayoutFor } from "./config.ts";
+ * import { ncclVersionCode } from "./constants.ts";
+ * import assert from "node:assert/strict";
+ * const layout = ncclConfigLayoutFor(ncclVersionCode(2, 28, 9));
+ * assert.equal(layout.size, 80);
+ * assert.equal("maxP2pPeers" in layout.fields, false);
+ * ```
+ */
+export function ncclConfigLayoutFor(version: number): StructLayout<string> {
+  if (version < ncclVersionCode(2, 14)) {
+    throw new RangeError(`NCCL has no ncclConfig_t before 2.14: found version code ${version}`);
+  }
+  const kept: Record<string, FieldSpec> = {};
+  let end = 0;
+  for (const name of fieldNames(NCCL_CONFIG_LAYOUT)) {
+    if (NCCL_CONFIG_SINCE[name] > version) continue;
+    const { offset, size, kind } = NCCL_CONFIG_LAYOUT.fields[name];
+    kept[name] = kind === undefined ? [offset, size] : [offset, size, kind];
+    end = Math.max(end, offset + size);
+  }
+  return structLayout(NCCL_CONFIG_LAYOUT.type, Math.ceil(end / 8) * 8, kept);
+}
 
 /** The `version` this layout declares: `NCCL_VERSION(2,30,7)`, the header it was measured against. */
 export const NCCL_CONFIG_VERSION: number = ncclVersionCode(2, 30, 7);
@@ -114,8 +178,11 @@ const SETTABLE: readonly Settable[] = fieldNames(NCCL_CONFIG_LAYOUT).filter((nam
  * Builds an `ncclConfig_t`: `NCCL_CONFIG_INITIALIZER` of the 2.30 layout, then the given fields.
  *
  * @param options The fields to set.
+ * @param libraryVersion The loaded library's version code: a field set that it is older than is refused
+ *   (it would silently ignore it). @default no check
  * @returns The bytes, and the strings they point to.
  * @throws {TypeError} If an int field is not a 32-bit integer or a field is unknown.
+ * @throws {UnsupportedError} If a field set is newer than `libraryVersion`.
  *
  * @example Non-blocking init with at most 16 CTAs
  * ```ts
@@ -128,12 +195,19 @@ const SETTABLE: readonly Settable[] = fieldNames(NCCL_CONFIG_LAYOUT).filter((nam
  * assert.equal(view.getInt32(24, true), -2147483648); // minCTAs: undefined
  * ```
  */
-export function buildNcclConfig(options: NcclConfigOptions = {}): NcclConfig {
+export function buildNcclConfig(options: NcclConfigOptions = {}, libraryVersion?: number): NcclConfig {
   const given = options as Readonly<Record<string, unknown>>;
   for (const name of Object.keys(given)) {
     if (!(SETTABLE as readonly string[]).includes(name)) {
       throw new TypeError(
         `Unknown ncclConfig_t field: expected one of ${SETTABLE.join(", ")}, found ${name}`,
+      );
+    }
+    const since = NCCL_CONFIG_SINCE[name as Settable];
+    if (libraryVersion !== undefined && given[name] !== undefined && since > libraryVersion) {
+      throw new UnsupportedError(
+        `Cannot set ncclConfig_t.${name}: it needs NCCL ${parseNcclVersion(since).text} or newer, ` +
+          `found ${parseNcclVersion(libraryVersion).text} (which would ignore it)`,
       );
     }
   }

@@ -172,7 +172,7 @@ export interface StartedComm {
   readonly comm: Deno.PointerValue;
   /** Whether `ncclCommGetAsyncError` must be polled until it stops returning `ncclInProgress`. */
   readonly inProgress: boolean;
-  /** The out-parameter NCCL writes the handle to; read it again once creation completes. */
+  /** The out-parameter NCCL writes the handle to (memory that never moves); read it again once creation completes. */
   readonly out: BigUint64Array;
 }
 
@@ -244,7 +244,10 @@ export function commSplit(
 ): StartedComm {
   const fn = nccl().symbols.ncclCommSplit;
   if (fn === null) throw ncclError(NcclResult.InvalidUsage, "ncclCommSplit (missing from this library)");
-  const out = new BigUint64Array(1);
+  // NCCL writes the child's handle from its own thread when a non-blocking split completes, after this
+  // call returned: the slot must not move. A typed array made with a length may live on V8's heap, which
+  // the garbage collector compacts; an ArrayBuffer's memory never moves.
+  const out = new BigUint64Array(new ArrayBuffer(8));
   const rc = fn(comm, color, key, out, config?.bytes ?? null);
   const inProgress = checkStarted(rc, `ncclCommSplit(color ${color}, key ${key})`, comm);
   return { comm: Deno.UnsafePointer.create(out[0]), inProgress, out };

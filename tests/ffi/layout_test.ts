@@ -10,7 +10,12 @@
 import assert from "node:assert/strict";
 import { fieldNames, type StructLayout, structLayout } from "../../ffi/_layout.ts";
 import { CUDA_POINTER_ATTRIBUTES } from "../../ffi/cudart/layout.ts";
-import { buildNcclConfig, NCCL_CONFIG_LAYOUT } from "../../ffi/nccl/config.ts";
+import {
+  buildNcclConfig,
+  NCCL_CONFIG_LAYOUT,
+  NCCL_CONFIG_VERSION,
+  ncclConfigLayoutFor,
+} from "../../ffi/nccl/config.ts";
 import { gatedTest, hasCommand } from "../_util/skip.ts";
 import { CUDA_INCLUDE, NCCL_INCLUDE } from "../_util/gpu.ts";
 import { differences, layoutLines, layoutStatements, probeProgram } from "./_layout_probe.ts";
@@ -80,6 +85,14 @@ Deno.test("structLayout() keeps the table's order and refuses fields outside the
   );
 });
 
+/** `NCCL_VERSION_CODE` of the `nccl.h` in `include`. */
+function headerVersion(include: string): number {
+  const text = Deno.readTextFileSync(`${include}/nccl.h`);
+  const m = /#define NCCL_VERSION_CODE (\d+)/.exec(text);
+  assert.ok(m, `${include}/nccl.h defines no NCCL_VERSION_CODE`);
+  return Number(m[1]);
+}
+
 gatedTest(
   "NCCL_CONFIG_LAYOUT and buildNcclConfig() match nccl.h's ncclConfig_t and NCCL_CONFIG_INITIALIZER",
   { missing: GCC_MISSING ?? (NCCL_INCLUDE ? undefined : "nccl.h not found: set DCOMM_NCCL_INCLUDE") },
@@ -93,21 +106,29 @@ gatedTest(
       }
       includes.push(stubs);
     }
+    // An older nccl.h (torch's 2.28.9, say) declares a prefix of the 2.30 struct: the fields it has.
+    const version = headerVersion(NCCL_INCLUDE as string);
+    const layout = ncclConfigLayoutFor(version);
     const source = probeProgram(["nccl.h"], [
-      ...layoutStatements([NCCL_CONFIG_LAYOUT]),
-      ...initializerStatements(NCCL_CONFIG_LAYOUT.type, "NCCL_CONFIG_INITIALIZER"),
+      ...layoutStatements([layout]),
+      ...initializerStatements(layout.type, "NCCL_CONFIG_INITIALIZER"),
     ]);
     const measured = await measure(source, includes);
     const init = measured.pop() ?? "";
-    assert.deepEqual(differences(layoutLines([NCCL_CONFIG_LAYOUT]), measured), []);
-    assert.deepEqual(gaps(NCCL_CONFIG_LAYOUT), []);
+    assert.deepEqual(differences(layoutLines([layout]), measured), []);
+    assert.deepEqual(gaps(layout), []);
+    if (version >= NCCL_CONFIG_VERSION) assert.equal(layout.size, NCCL_CONFIG_LAYOUT.size);
     assert.match(init, /^init( [0-9a-f]{2})+$/);
     const bytes = new Uint8Array(init.split(" ").slice(1).map((h) => parseInt(h, 16)));
-    assert.deepEqual(
-      buildNcclConfig().bytes,
-      bytes,
-      "buildNcclConfig() bytes differ from NCCL_CONFIG_INITIALIZER",
-    );
+    // buildNcclConfig() always builds the 2.30 struct (a library copies min(size, its sizeof)): its head
+    // is the header's initializer but for `size` and `version`, which declare the 2.30 layout.
+    const built = buildNcclConfig().bytes.slice(0, layout.size);
+    const view = new DataView(built.buffer);
+    assert.equal(view.getBigUint64(0, true), BigInt(NCCL_CONFIG_LAYOUT.size));
+    assert.equal(view.getUint32(12, true), NCCL_CONFIG_VERSION);
+    view.setBigUint64(0, BigInt(layout.size), true);
+    view.setUint32(12, version, true);
+    assert.deepEqual(built, bytes, "buildNcclConfig() bytes differ from NCCL_CONFIG_INITIALIZER");
   },
 );
 

@@ -4,6 +4,7 @@ import {
   buildNcclConfig,
   NCCL_CONFIG_LAYOUT,
   NCCL_CONFIG_VERSION,
+  ncclConfigLayoutFor,
   readNcclConfig,
 } from "../../ffi/nccl/config.ts";
 import {
@@ -114,10 +115,15 @@ gatedTest("an empty ncclGroupStart()/ncclGroupEnd() succeeds without a GPU", lib
   assert.equal(s.ncclGroupEnd(), 0);
 });
 
-gatedTest("every feature of NCCL 2.30.7 is present, optional symbols included", lib, () => {
+gatedTest("every feature of the loaded NCCL's release is present; newer ones name both versions", lib, () => {
   const { version, symbols } = nccl();
   for (const row of featureTable(version, symbols)) {
-    assert.ok(row.supported, `${row.feature}: ${row.reason}`);
+    const [major, minor, patch = 0] = row.since.split(".").map(Number);
+    if (compareNcclVersions(version, ncclVersionCode(major, minor, patch)) >= 0) {
+      assert.ok(row.supported, `${row.feature}: ${row.reason}`); // optional symbols included
+    } else {
+      assert.equal(row.reason, `needs NCCL ${row.since} or newer, found ${version.text}`, row.feature);
+    }
   }
   assert.equal(typeof symbols.ncclAlltoAll, "function");
   assert.equal(typeof symbols.ncclCommSplit, "function");
@@ -189,4 +195,26 @@ Deno.test("buildNcclConfig() is NCCL_CONFIG_INITIALIZER of the 2.30 layout, then
   );
   assert.throws(() => buildNcclConfig({ maxCTAs: 1.5 }), /expected a 32-bit integer, found 1\.5/);
   assert.throws(() => buildNcclConfig({ magic: 1 } as never), /Unknown ncclConfig_t field/);
+});
+
+Deno.test("buildNcclConfig() refuses a field the library is older than; ncclConfigLayoutFor() is a release's struct", () => {
+  const torch = ncclVersionCode(2, 28, 9); // torch 2.11's wheel
+  assert.throws(
+    () => buildNcclConfig({ maxP2pPeers: 4 }, torch),
+    (e: unknown) =>
+      e instanceof UnsupportedError &&
+      e.message === "Cannot set ncclConfig_t.maxP2pPeers: it needs NCCL 2.30.0 or newer, found 2.28.9 " +
+          "(which would ignore it)",
+  );
+  assert.equal(readNcclConfig(buildNcclConfig({ maxCTAs: 4 }, torch).bytes).maxCTAs, 4);
+  buildNcclConfig({ maxP2pPeers: undefined }, torch); // unset is fine
+  const old = ncclConfigLayoutFor(torch);
+  assert.equal(old.size, 80);
+  assert.deepEqual(Object.keys(old.fields).slice(-2), ["nChannelsPerNetPeer", "nvlinkCentricSched"]);
+  for (const [name, field] of Object.entries(old.fields)) {
+    assert.deepEqual(field, NCCL_CONFIG_LAYOUT.fields[name as keyof typeof NCCL_CONFIG_LAYOUT.fields]);
+  }
+  assert.deepEqual(ncclConfigLayoutFor(ncclVersionCode(2, 30, 7)), NCCL_CONFIG_LAYOUT);
+  assert.equal(ncclConfigLayoutFor(ncclVersionCode(2, 14)).size, 24);
+  assert.throws(() => ncclConfigLayoutFor(ncclVersionCode(2, 13, 4)), /no ncclConfig_t before 2\.14/);
 });

@@ -1,7 +1,8 @@
 /**
  * The `nccl` backend's error paths on a GPU: pointers that are not device memory are refused before
  * NCCL sees them (a bad pointer must not become a sticky illegal-address error), NCCL's own errors carry
- * its reason, a collective that never completes is aborted by the watchdog, an aborted communicator
+ * its reason (a communicator NCCL keeps the error on is aborted), a collective that does not complete (held
+ * behind a {@linkcode StreamGate}) is aborted by the watchdog or an abort signal, an aborted communicator
  * refuses later calls, and an init whose other ranks never come times out.
  */
 import assert from "node:assert/strict";
@@ -12,6 +13,7 @@ import { DeviceBuffer } from "../../gpu/device_buffer.ts";
 import { MemoryStore } from "../../store/memory_store.ts";
 import { gatedTest } from "../_util/skip.ts";
 import { NCCL_GPU, oneRank } from "./_gpu.ts";
+import { StreamGate } from "./_stream_gate.ts";
 
 gatedTest("a pointer that is not device memory is refused before NCCL sees it", NCCL_GPU, async () => {
   await using pg = await oneRank();
@@ -57,7 +59,7 @@ gatedTest("argument errors throw at once, naming what was expected and found", N
 });
 
 gatedTest(
-  "an error NCCL returns fails the Work with NCCL's own reason and leaves the group usable",
+  "an error NCCL returns fails the Work with NCCL's own reason; a communicator NCCL keeps it on is aborted",
   NCCL_GPU,
   async () => {
     await using pg = await oneRank();
@@ -72,7 +74,16 @@ gatedTest(
       (e: unknown) => e instanceof NcclError && e.status === 4 && /ncclInvalidArgument \(4\)/.test(e.message),
     );
     assert.ok(work.error instanceof NcclError);
-    await pg.allReduce(buf); // still usable
+    if (pg.abortReason === undefined) {
+      await pg.allReduce(buf); // NCCL left the communicator usable
+    } else {
+      // NCCL kept the error on the (non-blocking) communicator (2.28 does): later calls name it.
+      assert.equal(pg.abortReason, work.error);
+      await assert.rejects(
+        () => pg.allReduce(buf).wait(),
+        (e: unknown) => e instanceof DistError && /was aborted \(.*ncclInvalidArgument/.test(e.message),
+      );
+    }
   },
 );
 
@@ -82,14 +93,17 @@ gatedTest(
   async () => {
     await using pg = await oneRank({ timeoutMs: 60_000 });
     using buf = DeviceBuffer.alloc(1024);
-    // A receive from itself with no matching send never completes on a one-rank communicator.
+    await using gate = new StreamGate();
+    // The stream waits on the gate, so the all-reduce queued after it does not run until it opens.
     const hung = pg.run(
-      "lonely-recv",
-      ({ comm, stream, symbols }) => symbols.ncclRecv(buf.pointer, 1024n, 7, 0, comm, stream),
-      {
-        timeoutMs: 1500,
+      "held-all-reduce",
+      ({ comm, stream, symbols }) => {
+        gate.hold(stream);
+        return symbols.ncclAllReduce(buf.pointer, buf.pointer, 256n, 7, 0, comm, stream);
       },
+      { timeoutMs: 1500 },
     );
+    const opened = gate.openAfter(4000); // after the watchdog fired: the abort waits for the stream
     const started = performance.now();
     await assert.rejects(
       () => hung.wait(),
@@ -105,22 +119,28 @@ gatedTest(
       () => later.wait(),
       (e: unknown) => e instanceof DistError && /was aborted/.test(e.message),
     );
+    await opened;
   },
 );
 
 gatedTest("an abort signal aborts a running collective and its communicator", NCCL_GPU, async () => {
   await using pg = await oneRank();
   using buf = DeviceBuffer.alloc(16);
+  await using gate = new StreamGate();
   const controller = new AbortController();
   const hung = pg.run(
-    "lonely-recv",
-    ({ comm, stream, symbols }) => symbols.ncclRecv(buf.pointer, 16n, 7, 0, comm, stream),
-    {
-      signal: controller.signal,
+    "held-all-reduce",
+    ({ comm, stream, symbols }) => {
+      gate.hold(stream);
+      return symbols.ncclAllReduce(buf.pointer, buf.pointer, 4n, 7, 0, comm, stream);
     },
+    { signal: controller.signal },
   );
+  const opened = gate.openAfter(3000);
   setTimeout(() => controller.abort("the test gave up"), 300);
-  await assert.rejects(() => hung.wait(), /Aborted the lonely-recv .*the test gave up/);
+  await assert.rejects(() => hung.wait(), /Aborted the held-all-reduce .*the test gave up/);
+  assert.ok(pg.abortReason !== undefined);
+  await opened;
 });
 
 gatedTest("init times out, aborted, when the other ranks never join", NCCL_GPU, async () => {
