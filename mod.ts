@@ -63,6 +63,7 @@ export type {
 } from "./backend/process_group.ts";
 export { ANY_SOURCE } from "./backend/process_group.ts";
 export { Work, type WorkReport } from "./backend/work.ts";
+export type { CallPhases } from "./core/phases.ts";
 export { type FlightCall, type FlightDump, type FlightGroup, type FlightState } from "./backend/flight.ts";
 export { spawnThreads, type SpawnThreadsOptions, type ThreadContext } from "./backend/threads.ts";
 export { type RankInfo, rankInfo, type RankInfoOptions } from "./backend/env.ts";

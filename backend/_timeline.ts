@@ -5,11 +5,13 @@
  * closes, the ranks gather theirs on rank 0, which writes the file: one process per rank, one thread per
  * group, and for each call a `queued` slice (made, not yet started by the communication thread: waiting
  * for the calls before it) and the call's own slice (started to finished, as its report says; its
- * algorithm, transport, bytes and codec in `args`), or one `failed` slice with the error. When the gather
+ * algorithm, transport, bytes and codec in `args`) holding its phases (`core/phases.ts`: waiting for peers,
+ * moving bytes, reducing, codec; each its total, laid end to end), or one `failed` slice with the error. When the gather
  * cannot be done (a rank is gone) each rank writes its own part beside the path, `out.rank-<r>.json`.
  *
  * @module
  */
+import type { CallPhases } from "../core/phases.ts";
 import type { Work } from "./work.ts";
 
 /** One call as the timeline keeps it. */
@@ -28,7 +30,7 @@ interface Entry {
 export interface TraceEvent {
   /** The name shown on the slice. */
   name: string;
-  /** Its category: `call`, `queued`, `failed`, or `__metadata`. */
+  /** Its category: `call`, `queued`, `phase`, `failed`, or `__metadata`. */
   cat?: string;
   /** `X` (a complete slice) or `M` (metadata). */
   ph: "X" | "M";
@@ -157,10 +159,50 @@ export function timelineEvents(rank: number): TraceEvent[] {
         bytesSent: report.bytesSent,
         ...(report.compression ? { compression: report.compression } : {}),
         ...(report.peer !== undefined ? { peer: report.peer } : {}),
+        ...(report.phases ? { phases: report.phases } : {}),
       },
     });
+    if (report.phases) events.push(...phaseSlices(report.phases, start, rank, tid, name));
   }
   return events;
+}
+
+/**
+ * A call's phases as slices inside its own, laid end to end from its start in a fixed order (waiting
+ * for peers, moving bytes, reducing, codec): each is the phase's total over the call, since the phases
+ * interleave (a ring step waits, moves, reduces, then waits again). Where the transport does not
+ * measure waiting, the moving slice is named "communicating" (waiting and moving together).
+ */
+function phaseSlices(
+  phases: CallPhases,
+  start: number,
+  pid: number,
+  tid: number,
+  name: string,
+): TraceEvent[] {
+  const parts: [string, number][] = [
+    ["waiting for peers", phases.waitingMs ?? 0],
+    [phases.waitingMs === undefined ? "communicating" : "moving bytes", phases.movingMs],
+    ["reducing", phases.reducingMs],
+    ["codec", phases.codecMs],
+  ];
+  const out: TraceEvent[] = [];
+  let at = start;
+  for (const [phase, ms] of parts) {
+    if (!(ms >= 0.001)) continue;
+    out.push({
+      name: phase,
+      cat: "phase",
+      ph: "X",
+      ts: at * 1000,
+      dur: ms * 1000,
+      pid,
+      tid,
+      args: { call: name, totalMs: ms, note: "the phase's total in the call, laid end to end" },
+    });
+    at += ms;
+  }
+  return out;
 }
 
 /** The group `writeTimeline` gathers through (what it needs of a ProcessGroup). */

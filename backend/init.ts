@@ -8,6 +8,7 @@
  *
  * @module
  */
+import { setPhases } from "../core/phases.ts";
 import { UnsupportedError } from "../core/errors.ts";
 import type { ProcessGroup } from "./process_group.ts";
 import { initCpu, type SegmentOptions } from "./cpu/create.ts";
@@ -134,6 +135,8 @@ export async function init(options: InitOptions = {}): Promise<ProcessGroup> {
   if (options.deterministic && backend !== "cpu") throw deterministicUnsupported(backend, "init");
   // DCOMM_TIMELINE=out.json: every call kept, written when the world closes.
   const timeline = setTimeline(env) !== undefined;
+  // The calls that run on this thread (small ones on the host segment) measure their phases too.
+  if (timeline) setPhases(true);
   let pg: ProcessGroup;
   if (backend === "mpi") pg = await initMpiBackend(options);
   else if (backend === "nccl") {

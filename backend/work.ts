@@ -5,6 +5,7 @@
  *
  * @module
  */
+import type { CallPhases } from "../core/phases.ts";
 
 /**
  * What a finished collective reports.
@@ -48,6 +49,11 @@ export interface WorkReport {
    * that sent the message.
    */
   readonly peer?: number;
+  /**
+   * Where the call's time went (the cpu backend's calls on the communication thread): waiting for peers
+   * (where the transport measures it), moving bytes, reducing, codec. The timeline draws them.
+   */
+  readonly phases?: CallPhases;
 }
 
 /**
@@ -55,9 +61,10 @@ export interface WorkReport {
  * `compression` left `undefined` for a call that compressed nothing and `peer` for one that is not a send
  * or a receive.
  */
-export type WorkReportInit = Omit<WorkReport, "compression" | "peer"> & {
+export type WorkReportInit = Omit<WorkReport, "compression" | "peer" | "phases"> & {
   readonly compression?: string | undefined;
   readonly peer?: number | undefined;
+  readonly phases?: CallPhases | undefined;
 };
 
 /**
@@ -100,6 +107,7 @@ export function workReport(init: WorkReportInit): WorkReport {
   };
   if (init.compression !== undefined) (report as { compression?: string }).compression = init.compression;
   if (init.peer !== undefined) (report as { peer?: number }).peer = init.peer;
+  if (init.phases !== undefined) (report as { phases?: CallPhases }).phases = init.phases;
   return report;
 }
 

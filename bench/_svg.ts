@@ -211,6 +211,8 @@ export interface Slice {
   end: number;
   /** Its kind, e.g. `allReduce` or `queued`: one colour per kind, in the legend. */
   kind: string;
+  /** Drawn in the lower part of the lane, over its call (a phase inside a call). */
+  inner?: boolean;
 }
 
 /**
@@ -244,11 +246,8 @@ export function timelineChart(title: string, slices: readonly Slice[]): string {
   for (const s of slices) {
     const i = lanes.indexOf(s.lane), c = COLORS[kinds.indexOf(s.kind) % COLORS.length];
     const x = px(s.start), w = Math.max(0.5, px(s.end) - x);
-    out.push(
-      `<rect x="${x.toFixed(2)}" y="${T + i * laneH + 4}" width="${w.toFixed(2)}" height="${
-        laneH - 8
-      }" fill="${c}"/>`,
-    );
+    const y = T + i * laneH + (s.inner ? laneH / 2 : 4), height = s.inner ? laneH / 2 - 4 : laneH - 8;
+    out.push(`<rect x="${x.toFixed(2)}" y="${y}" width="${w.toFixed(2)}" height="${height}" fill="${c}"/>`);
   }
   kinds.forEach((k, i) => {
     const c = COLORS[i % COLORS.length];

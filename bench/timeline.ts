@@ -1,7 +1,8 @@
 /**
  * The README's timeline: the demo (`examples/train_mnist.ts`, one epoch) on 4 ranks under dcomm's
  * launcher with `DCOMM_TIMELINE`, then a window of its training steps drawn as an SVG (`bench/_svg.ts`):
- * one lane per rank, each call's `queued` and running slices coloured by collective. Writes the trace to
+ * one lane per rank, each call's `queued` and running slices coloured by collective, its phases (waiting
+ * for peers, moving bytes, reducing, codec: each its total in the call) in the lane's lower half. Writes the trace to
  * `bench/results/timeline.json` (open it in Perfetto or `chrome://tracing`) and the chart to
  * `docs/plots/timeline.svg`.
  *
@@ -56,7 +57,12 @@ const slices: Slice[] = calls
     lane: `rank ${e.pid}`,
     start: ((e.ts ?? 0) - from) / 1000,
     end: ((e.ts ?? 0) + (e.dur ?? 0) - from) / 1000,
-    kind: e.cat === "call" ? e.name.replace(/ #\d+$/, "") : e.cat ?? "other",
+    kind: e.cat === "call"
+      ? e.name.replace(/ #\d+$/, "")
+      : e.cat === "phase"
+      ? `  ${e.name}`
+      : e.cat ?? "other",
+    inner: e.cat === "phase",
   }));
 Deno.writeTextFileSync(
   flags.svg,

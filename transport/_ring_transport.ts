@@ -30,6 +30,7 @@
  * @module
  */
 import { TransportError } from "../core/errors.ts";
+import { addPhase, PHASE_WAITING, phasesOn } from "../core/phases.ts";
 import { Grace, Lifecycle } from "./_lifecycle.ts";
 import {
   initRing,
@@ -469,12 +470,17 @@ export class RingTransport implements Transport {
           while (Atomics.load(this.#own, I_BELL) === seq && performance.now() < until) {
             // Spin: a peer that answers within microseconds is seen without a sleep and a wake-up.
           }
-          if (Atomics.load(this.#own, I_BELL) !== seq) continue;
+          if (Atomics.load(this.#own, I_BELL) !== seq) {
+            if (phasesOn) addPhase(PHASE_WAITING, performance.now() - now);
+            continue;
+          }
         }
         Atomics.store(this.#own, I_SLEEPING, 1);
         if (Atomics.load(this.#own, I_BELL) === seq) await this.#init.sleeper.sleep(seq, LIVENESS_MS);
         Atomics.store(this.#own, I_SLEEPING, 0);
         sliceStart = performance.now();
+        // Nothing moved from `now` until the bell rang: waiting for a peer.
+        if (phasesOn) addPhase(PHASE_WAITING, sliceStart - now);
       }
     } catch (error) {
       this.#life.fail(error);

@@ -6,20 +6,22 @@
  * their error; a full ring (the main thread more than {@linkcode COMPLETION_SLOTS} completions behind) falls
  * back to a message too.
  *
- * A {@linkcode RecordRing} of {@linkcode COMPLETION_SLOTS} records of 8 float64s: id, algorithm code (an
- * index into `ALGORITHM_NAMES`), bytes, bytesSent, timeMs, startedAt, finishedAt, and in the last word
- * the codec of a compressed all-reduce (its index in `CODECS` + 1) or the peer `p` of a send or receive
- * (as `-(p + 1)`), 0 for neither.
+ * A {@linkcode RecordRing} of {@linkcode COMPLETION_SLOTS} records of 12 float64s: id, algorithm code (an
+ * index into `ALGORITHM_NAMES`), bytes, bytesSent, timeMs, startedAt, finishedAt; the codec of a
+ * compressed all-reduce (its index in `CODECS` + 1) or the peer `p` of a send or receive (as `-(p + 1)`),
+ * 0 for neither; then the phases (`core/phases.ts`): waiting (NaN where not measured), moving, reducing,
+ * codec (all NaN for a call without phases).
  *
  * @module
  */
 
+import type { CallPhases } from "../../core/phases.ts";
 import { RecordRing } from "./_record_ring.ts";
 import { type Codec, CODECS } from "../../collectives/compressed_context.ts";
 
 /** Records in the ring. */
 export const COMPLETION_SLOTS = 256;
-const RECORD_WORDS = 8;
+const RECORD_WORDS = 12;
 
 /** What a record holds. */
 export interface Completion {
@@ -37,6 +39,8 @@ export interface Completion {
   compression?: string;
   /** The other rank of a send or receive, if it is one. */
   peer?: number;
+  /** Where its time went. */
+  phases?: CallPhases;
 }
 
 /** A new ring's memory. */
@@ -72,6 +76,11 @@ export class CompletionWriter {
         : c.peer !== undefined
         ? -(c.peer + 1)
         : 0;
+      const p = c.phases;
+      r[at + 8] = p?.waitingMs ?? NaN;
+      r[at + 9] = p?.movingMs ?? NaN;
+      r[at + 10] = p?.reducingMs ?? NaN;
+      r[at + 11] = p?.codecMs ?? NaN;
       return true;
     });
   }
@@ -104,6 +113,14 @@ export class CompletionReader {
           : r[at + 7] < 0
           ? { peer: -r[at + 7] - 1 }
           : {}),
+        ...(Number.isNaN(r[at + 9]) ? {} : {
+          phases: {
+            ...(Number.isNaN(r[at + 8]) ? {} : { waitingMs: r[at + 8] }),
+            movingMs: r[at + 9],
+            reducingMs: r[at + 10],
+            codecMs: r[at + 11],
+          },
+        }),
       });
   }
 

@@ -8,6 +8,7 @@
  *
  * @module
  */
+import { PHASE_CODEC, timePhase } from "../../core/phases.ts";
 import { dtypeSize } from "../../core/dtype.ts";
 import {
   type CodecKernels,
@@ -164,16 +165,19 @@ function bytesOf(data: Float32Array): Uint8Array {
 /** The codecs' kernels on this thread: the compression kernels and the BLAS-like ones. */
 async function codecKernels(): Promise<CodecKernels> {
   const [c, k] = await Promise.all([compressionKernels(), loadKernels()]);
+  // Every codec kernel's time is the call's codec phase (`core/phases.ts`).
+  const t = <A extends unknown[], R>(f: (...a: A) => R) => (...a: A): R =>
+    timePhase(PHASE_CODEC, () => f(...a));
   return {
-    quantizeInt8: (src, options) => c.quantizeInt8(src, options),
-    dequantizeInt8: (packed, dst, options) => c.dequantizeInt8(packed, dst, options),
-    signCompress: (src, residual, options) => c.signCompress(src, residual, options),
-    signDecompress: (packed, dst, options) => c.signDecompress(packed, dst, options),
-    topK: (src, n, options) => c.topK(src, n, options),
-    scatterAdd: (dst, sparse) => c.scatterAdd(dst, sparse),
-    divide: (dst, divisor) => k.divide(dst, divisor),
-    axpy: (y, x, options) => k.axpy(y, x, options),
-    scale: (x, alpha) => k.scale(x, alpha),
-    matmul: (a, b, options) => k.matmul(a, b, options),
+    quantizeInt8: t((src, options) => c.quantizeInt8(src, options)),
+    dequantizeInt8: t((packed, dst, options) => c.dequantizeInt8(packed, dst, options)),
+    signCompress: t((src, residual, options) => c.signCompress(src, residual, options)),
+    signDecompress: t((packed, dst, options) => c.signDecompress(packed, dst, options)),
+    topK: t((src, n, options) => c.topK(src, n, options)),
+    scatterAdd: t((dst, sparse) => c.scatterAdd(dst, sparse)),
+    divide: t((dst, divisor) => k.divide(dst, divisor)),
+    axpy: t((y, x, options) => k.axpy(y, x, options)),
+    scale: t((x, alpha) => k.scale(x, alpha)),
+    matmul: t((a, b, options) => k.matmul(a, b, options)),
   };
 }

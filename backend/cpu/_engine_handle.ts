@@ -201,6 +201,7 @@ export class EngineHandle {
       finishedAt: c.finishedAt,
       compression: c.compression,
       peer: c.peer,
+      phases: c.phases,
     }));
     this.#idle();
   }

@@ -138,6 +138,8 @@ export interface EngineConfig {
   segment: SegmentLayout | null;
   /** Milliseconds the communication thread spins on the segment before it sleeps. */
   segmentSpinMs: number;
+  /** Whether the engine measures where each call's time goes (`core/phases.ts`; on with the timeline). */
+  phases?: boolean;
   /** Calls with at most this many input bytes may run on the main thread. @default 16 MiB */
   segmentInlineBytes?: number;
   /** Milliseconds a call on the main thread waits for its peers before the Worker takes it over. */

@@ -8,6 +8,7 @@
  */
 import { type DType, dtypeSize, type ReduceOp } from "../../core/dtype.ts";
 import type { Kernels } from "../../wasm/kernels.ts";
+import { addPhase, PHASE_CODEC, PHASE_REDUCING, phasesOn } from "../../core/phases.ts";
 
 /** Bytes per staging slot: large enough to amortise a kernel call, small enough to stay in L2. */
 const SLOT_BYTES = 256 * 1024;
@@ -28,6 +29,7 @@ export class Reducer {
 
   /** `dst = op(dst, src)`; both hold whole elements of `dtype`. */
   reduce(dtype: DType, op: ReduceOp, dst: Uint8Array, src: Uint8Array): void {
+    const t0 = phasesOn ? performance.now() : 0;
     const es = dtypeSize(dtype);
     const mem = this.#k.heap.bytes();
     const [a, b] = this.#slots;
@@ -38,10 +40,12 @@ export class Reducer {
       this.#k.reducePtr(dtype, op, a, b, len / es);
       dst.set(mem.subarray(a, a + len), off);
     }
+    if (phasesOn) addPhase(PHASE_REDUCING, performance.now() - t0);
   }
 
   /** `dst = op(srcs[0], …, srcs[k-1])` in that order. */
   reduceMany(dtype: DType, op: ReduceOp, dst: Uint8Array, srcs: readonly Uint8Array[]): void {
+    const t0 = phasesOn ? performance.now() : 0;
     if (srcs.length + 1 > this.#slots.length) {
       for (let i = this.#slots.length; i <= srcs.length; i++) {
         this.#slots.push(this.#k.heap.alloc(SLOT_BYTES));
@@ -57,10 +61,12 @@ export class Reducer {
       this.#k.reduceManyPtr(dtype, op, out, ins, len / es);
       dst.set(mem.subarray(out, out + len), off);
     }
+    if (phasesOn) addPhase(PHASE_REDUCING, performance.now() - t0);
   }
 
   /** `dst /= divisor` (NCCL's avg: a float scale, an integer division). */
   divide(dtype: DType, dst: Uint8Array, divisor: number): void {
+    const t0 = phasesOn ? performance.now() : 0;
     const es = dtypeSize(dtype);
     const mem = this.#k.heap.bytes();
     const a = this.#slots[0];
@@ -70,6 +76,7 @@ export class Reducer {
       this.#k.dividePtr(dtype, a, len / es, divisor);
       dst.set(mem.subarray(a, a + len), off);
     }
+    if (phasesOn) addPhase(PHASE_REDUCING, performance.now() - t0);
   }
 
   /**
@@ -78,14 +85,18 @@ export class Reducer {
    */
   narrow(dtype: "float16" | "bfloat16", src: Uint8Array, dst: Uint8Array, divisor: number): void {
     if (divisor !== 1) this.divide("float32", src, divisor);
+    const t0 = phasesOn ? performance.now() : 0;
     const k = this.#k;
     castChunks(src, dst, (f, h) => dtype === "float16" ? k.castF32ToF16(f, h) : k.castF32ToBf16(f, h));
+    if (phasesOn) addPhase(PHASE_CODEC, performance.now() - t0);
   }
 
   /** Widens the `dtype` (float16 or bfloat16) values of `src` back to float32 into `dst`, exactly. */
   widen(dtype: "float16" | "bfloat16", src: Uint8Array, dst: Uint8Array): void {
+    const t0 = phasesOn ? performance.now() : 0;
     const k = this.#k;
     castChunks(dst, src, (f, h) => dtype === "float16" ? k.castF16ToF32(h, f) : k.castBf16ToF32(h, f));
+    if (phasesOn) addPhase(PHASE_CODEC, performance.now() - t0);
   }
 }
 

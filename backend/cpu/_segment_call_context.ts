@@ -5,6 +5,7 @@
  *
  * @module
  */
+import { addPhase, PHASE_REDUCING, phasesOn } from "../../core/phases.ts";
 import { dtypeSize } from "../../core/dtype.ts";
 import { MismatchError } from "../../core/errors.ts";
 import { type HostSegment, reached, SEGMENT_HEADER_BYTES } from "../../transport/segment.ts";
@@ -101,6 +102,7 @@ export class CallContext implements SegmentContext {
 
   reduceToBuffer(b: number, offset: number, bytes: number): void {
     this.#ready();
+    const t0 = phasesOn ? performance.now() : 0;
     const sources = this.#g.sources;
     for (let q = 0; q < sources.length; q++) sources[q] = this.#address(q, b, offset);
     const c = this.#c;
@@ -111,10 +113,12 @@ export class CallContext implements SegmentContext {
       sources,
       bytes / this.elemSize,
     );
+    if (phasesOn) addPhase(PHASE_REDUCING, performance.now() - t0);
   }
 
   reduceToOutput(out: Uint8Array, b: number, offset: number): void {
     this.#ready();
+    const t0 = phasesOn ? performance.now() : 0;
     const sources = this.#g.sources, c = this.#c, k = this.#kernels, scratch = this.#scratch;
     for (let done = 0; done < out.byteLength; done += SCRATCH_BYTES) {
       const len = Math.min(SCRATCH_BYTES, out.byteLength - done);
@@ -122,10 +126,12 @@ export class CallContext implements SegmentContext {
       k.reduceManyPtr(c.dtype, c.op, scratch, sources, len / this.elemSize);
       out.set(k.heap.bytes().subarray(scratch, scratch + len), done);
     }
+    if (phasesOn) addPhase(PHASE_REDUCING, performance.now() - t0);
   }
 
   reduceWithOwn(out: Uint8Array, own: Uint8Array, b: number, offset: number): void {
     this.#ready();
+    const t0 = phasesOn ? performance.now() : 0;
     const sources = this.#g.sources, c = this.#c, k = this.#kernels, scratch = this.#scratch;
     const mine = this.buffer(this.rank, b);
     for (let done = 0; done < own.byteLength; done += SCRATCH_BYTES) {
@@ -144,6 +150,7 @@ export class CallContext implements SegmentContext {
       );
       out.set(mine.subarray(offset + done, offset + done + len), done);
     }
+    if (phasesOn) addPhase(PHASE_REDUCING, performance.now() - t0);
   }
 
   #tensorOffset(q: number): number {
@@ -168,9 +175,11 @@ export class CallContext implements SegmentContext {
 
   reduceTensors(offset: number, n: number): void {
     this.#ready();
+    const t0 = phasesOn ? performance.now() : 0;
     const g = this.#g, sources = g.sources, c = this.#c;
     for (let q = 0; q < sources.length; q++) sources[q] = g.wasm[q] + g.pool + this.#tensorOffset(q) + offset;
     this.#kernels.reduceManyPtr(c.dtype, c.op, sources[this.rank], sources, n / this.elemSize);
+    if (phasesOn) addPhase(PHASE_REDUCING, performance.now() - t0);
   }
 
   counter(q: number, name: "called" | "posted" | "reduced" | "consumed"): number {

@@ -13,6 +13,7 @@
  *
  * @module
  */
+import { addPhase, PHASE_REDUCING, phasesOn } from "../../core/phases.ts";
 import type { DType, ReduceOp, TypedArray } from "../../core/dtype.ts";
 import { DistError } from "../../core/errors.ts";
 import { duplicateMapping, mapAnonymousAt, type SharedMapping } from "../../ffi/libc/libc.ts";
@@ -171,7 +172,9 @@ export class SegmentExecutor {
     const sources = this.#sources;
     sources.length = members.length;
     for (let q = 0; q < members.length; q++) sources[q] = this.#wasm[members[q]] + byteOffset;
+    const t0 = phasesOn ? performance.now() : 0;
     this.#kernels.reduceManyPtr(dtype, op, this.#scratch, sources, into.length);
+    if (phasesOn) addPhase(PHASE_REDUCING, performance.now() - t0);
     const kind = into.constructor as TypedArrayConstructor<TypedArray>;
     (into as Uint8Array).set(this.#kernels.heap.view(kind, this.#scratch, into.length) as Uint8Array);
   }

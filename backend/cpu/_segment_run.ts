@@ -6,6 +6,7 @@
  *
  * @module
  */
+import { addPhase, PHASE_WAITING, phaseMark, phasesOn, phasesSince } from "../../core/phases.ts";
 import { dtypeSize } from "../../core/dtype.ts";
 import { DistError, TimeoutError, TransportError } from "../../core/errors.ts";
 import { schedYield } from "../../ffi/libc/libc.ts";
@@ -39,6 +40,7 @@ export class SegmentRun {
   readonly #pipeline: SegmentPipeline;
   readonly #members: readonly number[];
   readonly #named: { readonly description: string; readonly rank: number };
+  readonly #mark: readonly number[] | undefined;
 
   /** @internal */
   constructor(
@@ -49,6 +51,7 @@ export class SegmentRun {
   ) {
     // One clock read per end of the call (each costs about 0.1 µs in Deno); the epoch follows from it.
     this.began = performance.now();
+    this.#mark = phasesOn ? phaseMark() : undefined;
     this.#exec = exec;
     this.#segmentCall = call;
     this.call = named.call;
@@ -74,6 +77,7 @@ export class SegmentRun {
       timeMs: t1 - this.began,
       startedAt: TIME_ORIGIN + this.began,
       finishedAt: TIME_ORIGIN + t1,
+      phases: this.#mark && phasesSince(this.#mark, t1 - this.began, true),
     });
   }
 
@@ -157,8 +161,11 @@ export class SegmentRun {
     let idle = 0;
     let until = -1;
     while (!this.#pipeline.done) {
+      // In an idle streak, the time before this look is waiting (what progress() does next is work).
+      const looked = until >= 0 && phasesOn ? performance.now() : -1;
       if (this.#pipeline.progress()) {
         // The budget is for waiting on peers that do not move, not for the call's own work.
+        if (looked >= 0) addPhase(PHASE_WAITING, looked - (until - budgetMs));
         idle = 0;
         until = -1;
         continue;
@@ -166,7 +173,10 @@ export class SegmentRun {
       if (++idle % LOOK_EVERY !== 0) continue;
       const now = performance.now();
       if (until < 0) until = now + budgetMs;
-      else if (now >= until) return false;
+      else if (now >= until) {
+        if (phasesOn) addPhase(PHASE_WAITING, now - (until - budgetMs));
+        return false;
+      }
       const failure = this.peerFailure(false);
       if (failure) throw failure;
       // Polite: where ranks outnumber cores, the peer being waited for may need this one.
@@ -235,7 +245,15 @@ export class SegmentRun {
         seg.abort(error.message);
         throw error;
       }
-      const stillWaiting = (): boolean => !this.#pipeline.progress();
+      // Its own time (a peer's post reduced on the spot) is the call's work, not waiting.
+      let inside = 0;
+      const stillWaiting = (): boolean => {
+        if (!phasesOn) return !this.#pipeline.progress();
+        const t0 = performance.now();
+        const waiting = !this.#pipeline.progress();
+        inside += performance.now() - t0;
+        return waiting;
+      };
       if (now - lastYield < YIELD_MS) {
         // Asleep on this thread: a peer's ring wakes it within microseconds.
         seg.sleepSync(Math.min(SLEEP_SLICE_MS, Math.max(0.01, deadline - now)), stillWaiting);
@@ -244,6 +262,7 @@ export class SegmentRun {
         lastYield = now;
         await seg.sleep(1, stillWaiting);
       }
+      if (phasesOn) addPhase(PHASE_WAITING, performance.now() - now - inside);
     }
   }
 }

@@ -5,6 +5,7 @@
  *
  * @module
  */
+import { setPhases } from "../../core/phases.ts";
 import { Heartbeat } from "./_heartbeat.ts";
 import { type MessagePort, parentPort } from "node:worker_threads";
 import { DistError } from "../../core/errors.ts";
@@ -46,6 +47,7 @@ const order = new InOrder();
 const buffers = new Map<number, SharedArrayBuffer>();
 
 async function start(config: EngineConfig): Promise<void> {
+  setPhases(config.phases === true);
   const client = await openStore(config.store, config.timeoutMs);
   store = new PrefixStore(config.prefix, client);
   completions = config.completions ? new CompletionWriter(config.completions) : undefined;

@@ -7,6 +7,7 @@
  *
  * @module
  */
+import { phaseMark, phasesOn, phasesSince } from "../../core/phases.ts";
 import { pinBuffer } from "../_pin.ts";
 import { checkGroupRanks } from "../_checks.ts";
 import type { DType, ReduceOp, TypedArray } from "../../core/dtype.ts";
@@ -411,6 +412,7 @@ export class CpuProcessGroup extends GroupFront {
     let state;
     try {
       const began = epochNowMs();
+      const mark = phasesOn ? phaseMark() : undefined;
       state = small.run(t, dtype, op);
       if (state === undefined) {
         const ended = epochNowMs();
@@ -423,6 +425,7 @@ export class CpuProcessGroup extends GroupFront {
           timeMs: ended - began,
           startedAt: began,
           finishedAt: ended,
+          phases: mark && phasesSince(mark, ended - began, true),
         }));
       }
     } catch (e) {

@@ -125,6 +125,7 @@ export async function initCpu(options: InitOptions = {}): Promise<CpuProcessGrou
       heartbeatMs: heartbeatMs(vars["DCOMM_HEARTBEAT_MS"]),
       segment: segment.layout,
       segmentSpinMs: segment.options.spinMs ?? 0.2,
+      phases: (vars["DCOMM_TIMELINE"] ?? "").trim() !== "",
       segmentInlineBytes: segment.options.inlineBytes,
       segmentInlineSpinMs: segment.options.inlineSpinMs,
     });

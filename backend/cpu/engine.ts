@@ -14,6 +14,7 @@
  *
  * @module
  */
+import { phaseMark, phasesOn, phasesSince } from "../../core/phases.ts";
 import { heartbeatBusy } from "./_heartbeat.ts";
 import { dtypeSize } from "../../core/dtype.ts";
 import { DistError, MismatchError, TransportError } from "../../core/errors.ts";
@@ -222,7 +223,18 @@ export class Engine {
     return promise;
   }
 
+  /** Runs a call; its report says where its time went (`core/phases.ts`). */
   async #run(op: OpRequest): Promise<WorkReport> {
+    if (!phasesOn) return await this.#dispatch(op);
+    const mark = phaseMark();
+    const report = await this.#dispatch(op);
+    if (report.phases) return report; // a segment call's, over exactly its own time
+    const kind = this.#transport.kind;
+    const measured = report.algorithm === "segment" || kind === "shm" || kind === "inproc";
+    return { ...report, phases: phasesSince(mark, report.timeMs, measured) };
+  }
+
+  async #dispatch(op: OpRequest): Promise<WorkReport> {
     if (this.#failure) throw this.#failure;
     if (op.commDtype !== undefined) return await this.#narrow.run(this.#codec, op);
     if (op.compression !== undefined) return await this.#compressed.run(this.#codec, op, op.compression);

@@ -17,6 +17,17 @@ function completion(id: number): Completion {
     timeMs: id / 8,
     startedAt: 1.7e12 + id,
     finishedAt: 1.7e12 + id + id / 8,
+    // Phases on every other record, waiting measured on every fourth: both absences round-trip.
+    ...(id % 2 === 0
+      ? {
+        phases: {
+          ...(id % 4 === 0 ? { waitingMs: id / 32 } : {}),
+          movingMs: id / 16,
+          reducingMs: id / 64,
+          codecMs: id % 3,
+        },
+      }
+      : {}),
   };
 }
 
