@@ -13,16 +13,10 @@ import { Rendezvous } from "../../backend/_rendezvous.ts";
 import { TcpStore } from "../../store/tcp_store.ts";
 import { TcpStoreServer } from "../../store/tcp_store_server.ts";
 import { generateSecret } from "../../store/secret.ts";
+import { freePort, worldEnv } from "../_util/net.ts";
 
 const FIXTURE = new URL("./_fixtures/diagnosis_rank.ts", import.meta.url).pathname;
 const LAUNCH = new URL("../../cli/launch.ts", import.meta.url).pathname;
-
-function freePort(): number {
-  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = l.addr.port;
-  l.close();
-  return port;
-}
 
 /** A rank of the fixture: its stdout lines once it exited (killed after `limitMs`). */
 async function runRank(args: string[], env: Record<string, string>, limitMs = 60_000): Promise<string[]> {
@@ -34,21 +28,6 @@ async function runRank(args: string[], env: Record<string, string>, limitMs = 60
     signal: AbortSignal.timeout(limitMs),
   }).output();
   return new TextDecoder().decode(out.stdout).split("\n").filter((l) => l !== "");
-}
-
-function worldEnv(
-  rank: number,
-  size: number,
-  port: number,
-  extra: Record<string, string> = {},
-): Record<string, string> {
-  return {
-    RANK: String(rank),
-    WORLD_SIZE: String(size),
-    MASTER_ADDR: "127.0.0.1",
-    MASTER_PORT: String(port),
-    ...extra,
-  };
 }
 
 interface Failure {

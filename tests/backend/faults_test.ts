@@ -6,6 +6,7 @@ import assert from "node:assert/strict";
 import { generateSecret } from "../../store/secret.ts";
 import { spawnThreads } from "../../backend/threads.ts";
 import type { TimeoutResult } from "./_fixtures/timeouts.ts";
+import { freePort } from "../_util/net.ts";
 
 const FIXTURE = new URL("./_fixtures/fault_rank.ts", import.meta.url).pathname;
 
@@ -13,13 +14,6 @@ interface Rank {
   child: Deno.ChildProcess;
   lines: string[];
   done: Promise<void>;
-}
-
-async function freePort(): Promise<number> {
-  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = (l.addr as Deno.NetAddr).port;
-  l.close();
-  return await Promise.resolve(port);
 }
 
 async function start(

@@ -8,16 +8,10 @@ import { generateSecret } from "../../store/secret.ts";
 import { analyzeTraces, readTraces, traceMain } from "../../cli/trace.ts";
 import type { FlightDump } from "../../mod.ts";
 import { init } from "../../mod.ts";
+import { freePort } from "../_util/net.ts";
 
 const FIXTURE = new URL("./_fixtures/flight_rank.ts", import.meta.url).pathname;
 const TRACE = new URL("../../cli/trace.ts", import.meta.url).pathname;
-
-function freePort(): number {
-  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = (l.addr as Deno.NetAddr).port;
-  l.close();
-  return port;
-}
 
 /** Runs the fixture on 3 ranks in `mode`; returns each rank's last line and the trace directory. */
 async function run(

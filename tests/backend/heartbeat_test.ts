@@ -7,15 +7,9 @@
 import assert from "node:assert/strict";
 import { generateSecret } from "../../store/secret.ts";
 import { init } from "../../mod.ts";
+import { freePort } from "../_util/net.ts";
 
 const FIXTURE = new URL("./_fixtures/heartbeat_rank.ts", import.meta.url).pathname;
-
-function freePort(): number {
-  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = (l.addr as Deno.NetAddr).port;
-  l.close();
-  return port;
-}
 
 async function run(env: Record<string, string>, size = 4): Promise<string[]> {
   const port = freePort(), secret = generateSecret();

@@ -14,35 +14,14 @@ import { TorchStore } from "../../store/torch_store.ts";
 import { TorchStoreServer } from "../../store/torch_store_server.ts";
 import { gatedTest } from "../_util/skip.ts";
 import { hexOf, TorchPeer, whyNoTorch } from "../_util/torch.ts";
-
-function freePort(): number {
-  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = l.addr.port;
-  l.close();
-  return port;
-}
-
-function env(
-  rank: number,
-  size: number,
-  port: number,
-  extra: Record<string, string> = {},
-): Record<string, string> {
-  return {
-    RANK: String(rank),
-    WORLD_SIZE: String(size),
-    MASTER_ADDR: "127.0.0.1",
-    MASTER_PORT: String(port),
-    ...extra,
-  };
-}
+import { freePort, worldEnv } from "../_util/net.ts";
 
 Deno.test("Rendezvous.join names the ranks it waits for, and the ones that never came", async () => {
   const port = freePort();
   const logs: string[][] = [[], []];
   const joins = [0, 1].map((rank) =>
     Rendezvous.join({
-      env: env(rank, 3, port),
+      env: worldEnv(rank, 3, port),
       secret: "",
       timeoutMs: 3_000,
       reportEveryMs: 500,
@@ -83,7 +62,7 @@ Deno.test("Rendezvous.join with every rank there says nothing and forms the worl
   const all = await Promise.all(
     [0, 1, 2].map((rank) =>
       Rendezvous.join({
-        env: env(rank, 3, port),
+        env: worldEnv(rank, 3, port),
         secret: "",
         timeoutMs: 10_000,
         reportEveryMs: 200,
@@ -98,7 +77,7 @@ Deno.test("Rendezvous.join with every rank there says nothing and forms the worl
 
 Deno.test("Rendezvous.join refuses a DCOMM_STORE_PROTOCOL it does not know", async () => {
   await assert.rejects(
-    Rendezvous.join({ env: env(0, 1, 0, { DCOMM_STORE_PROTOCOL: "etcd" }), timeoutMs: 1_000 }),
+    Rendezvous.join({ env: worldEnv(0, 1, 0, { DCOMM_STORE_PROTOCOL: "etcd" }), timeoutMs: 1_000 }),
     /Invalid DCOMM_STORE_PROTOCOL: expected "dcomm" or "torch", found "etcd"/,
   );
 });
@@ -109,7 +88,7 @@ gatedTest("DCOMM_STORE_PROTOCOL=torch: rank 0 serves torch's protocol and torch'
   const port = freePort();
   const extra = { DCOMM_STORE_PROTOCOL: "torch", DCOMM_RUN_ID: "job7", DCOMM_RESTART_COUNT: "2" };
   const all = await Promise.all(
-    [0, 1].map((rank) => Rendezvous.join({ env: env(rank, 2, port, extra), timeoutMs: 10_000 })),
+    [0, 1].map((rank) => Rendezvous.join({ env: worldEnv(rank, 2, port, extra), timeoutMs: 10_000 })),
   );
   assert.ok(all[0].server instanceof TorchStoreServer);
   assert.ok(all[1].store instanceof TorchStore);
@@ -131,7 +110,7 @@ gatedTest(
       MASTER_ADDR: "localhost",
     };
     const all = await Promise.all(
-      [0, 1].map((rank) => Rendezvous.join({ env: env(rank, 2, agent.port, extra), timeoutMs: 10_000 })),
+      [0, 1].map((rank) => Rendezvous.join({ env: worldEnv(rank, 2, agent.port, extra), timeoutMs: 10_000 })),
     );
     assert.deepEqual(all.map((r) => r.server), [undefined, undefined], "nobody serves: the agent does");
     assert.deepEqual(all.map((r) => [r.prefix, r.address.protocol]), [["dcomm/run42/1", "torch"], [

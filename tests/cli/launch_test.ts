@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { launch, LaunchUsageError, parseLaunchArgs, stripAnsi, summarize } from "../../cli/launch.ts";
 import { cudaStatus } from "../../gpu/device.ts";
+import { freePort } from "../_util/net.ts";
 
 const LAUNCH = new URL("../../cli/launch.ts", import.meta.url).pathname;
 const CHILD = new URL("./_fixtures/launch_child.ts", import.meta.url).pathname;
@@ -30,12 +31,6 @@ function envs(out: string): Record<string, string>[] {
 }
 
 /** A port nothing listens on now. */
-function freePort(): number {
-  const probe = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = (probe.addr as Deno.NetAddr).port;
-  probe.close();
-  return port;
-}
 
 /** A usage error: exit code 2, the message, one usage line, and no stack trace. */
 function assertUsageError(r: { code: number; out: string; err: string }, message: RegExp): void {

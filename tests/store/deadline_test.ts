@@ -22,6 +22,7 @@ import {
   rejectsWithin,
   settleWithin,
 } from "./_raw.ts";
+import { startServerProcess } from "./_server_process.ts";
 
 const TIMEOUT_MS = 300;
 /** How long past its deadline a call may take to fail on a busy two-core machine. */
@@ -109,40 +110,20 @@ Deno.test("TcpStore.close() is bounded when the server stopped reading with a la
 });
 
 Deno.test("TcpStore: requests to a SIGSTOPped server process time out, and close() does not hang", async () => {
-  const child = new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", new URL("./_fixtures/store_server.ts", import.meta.url).pathname],
-    stdout: "piped",
-    stderr: "null",
-  }).spawn();
-  const lines = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
-  try {
-    let out = "";
-    while (!out.includes("\n")) {
-      const { value, done } = await lines.read();
-      if (done) throw new Error(`The server process exited before printing its port: ${out}`);
-      out += value;
-    }
-    const port = Number(out.trim());
-    const store = await TcpStore.connect({ port, secret: "", timeoutMs: TIMEOUT_MS });
-    await store.set("alive", "1");
-    child.kill("SIGSTOP");
-    for (const [name, names, call] of everyRequest(store)) {
-      const error = await rejectsWithin(call(), TIMEOUT_MS + SLACK_MS, name);
-      assert.ok(error instanceof TimeoutError, `${name}: ${error}`);
-      assert.match(error.message, names);
-      assert.ok(error.message.includes(`127.0.0.1:${port}`));
-    }
-    const start = performance.now();
-    await store.close();
-    assert.ok(performance.now() - start < 1_000, "close() returns at once");
-  } finally {
-    try {
-      child.kill("SIGCONT");
-      child.kill("SIGKILL");
-    } catch { /* already dead */ }
-    await lines.cancel();
-    await child.status;
+  await using server = await startServerProcess();
+  const { child, port } = server;
+  const store = await TcpStore.connect({ port, secret: "", timeoutMs: TIMEOUT_MS });
+  await store.set("alive", "1");
+  child.kill("SIGSTOP");
+  for (const [name, names, call] of everyRequest(store)) {
+    const error = await rejectsWithin(call(), TIMEOUT_MS + SLACK_MS, name);
+    assert.ok(error instanceof TimeoutError, `${name}: ${error}`);
+    assert.match(error.message, names);
+    assert.ok(error.message.includes(`127.0.0.1:${port}`));
   }
+  const start = performance.now();
+  await store.close();
+  assert.ok(performance.now() - start < 1_000, "close() returns at once");
 });
 
 /**

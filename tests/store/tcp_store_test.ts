@@ -6,6 +6,8 @@ import { TcpStore } from "../../store/tcp_store.ts";
 import { TcpStoreServer, type TcpStoreServerOptions } from "../../store/tcp_store_server.ts";
 import { stillPending, storeContract } from "./_contract.ts";
 import { closedByPeer, rawAuthenticate, rawHello as rawConnect, readFrame } from "./_raw.ts";
+import { freePort } from "../_util/net.ts";
+import { startServerProcess } from "./_server_process.ts";
 
 /** A server whose log lines are kept, not printed. */
 async function startServer(
@@ -43,12 +45,6 @@ async function until(condition: () => boolean, ms = 2_000): Promise<void> {
 }
 
 /** A port nobody listens on right now. */
-function freePort(): number {
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const { port } = listener.addr;
-  listener.close();
-  return port;
-}
 
 /** Sends `bytes` on a fresh (optionally authenticated) connection; checks the server closes it and logs why. */
 async function expectRejected(
@@ -377,37 +373,18 @@ Deno.test("TcpStore.get() fails fast with a StoreError when the server closes mi
 });
 
 Deno.test("TcpStore.get() fails fast with a StoreError when the server's process is killed", async () => {
-  const child = new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", new URL("./_fixtures/store_server.ts", import.meta.url).pathname],
-    stdout: "piped",
-    stderr: "inherit",
-  }).spawn();
-  const lines = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
-  try {
-    let out = "";
-    while (!out.includes("\n")) {
-      const { value, done } = await lines.read();
-      if (done) throw new Error(`The server process exited before printing its port: ${out}`);
-      out += value;
-    }
-    await using store = await TcpStore.connect({ port: Number(out.trim()), secret: "" });
-    await store.set("alive", "1");
-    const pending = store.get("never", { timeoutMs: 60_000 });
-    assert.equal(await stillPending(pending), true);
-    const start = performance.now();
-    child.kill("SIGKILL");
-    await assert.rejects(
-      pending,
-      (error: Error) => error instanceof StoreError && /lost the connection/.test(error.message),
-    );
-    assert.ok(performance.now() - start < 2_000);
-  } finally {
-    try {
-      child.kill("SIGKILL");
-    } catch { /* already dead */ }
-    await lines.cancel();
-    await child.status;
-  }
+  await using server = await startServerProcess("inherit");
+  await using store = await TcpStore.connect({ port: server.port, secret: "" });
+  await store.set("alive", "1");
+  const pending = store.get("never", { timeoutMs: 60_000 });
+  assert.equal(await stillPending(pending), true);
+  const start = performance.now();
+  server.child.kill("SIGKILL");
+  await assert.rejects(
+    pending,
+    (error: Error) => error instanceof StoreError && /lost the connection/.test(error.message),
+  );
+  assert.ok(performance.now() - start < 2_000);
 });
 
 Deno.test("TcpStore works across processes: ranks in child processes rendezvous through the server", async () => {

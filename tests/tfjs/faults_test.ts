@@ -4,6 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { generateSecret } from "../../store/secret.ts";
+import { freePort } from "../_util/net.ts";
 
 const FIXTURE = new URL("./_fixtures/fit_rank.ts", import.meta.url).pathname;
 
@@ -51,13 +52,6 @@ async function until(cond: () => boolean, ms: number): Promise<void> {
     if (Date.now() > deadline) throw new Error(`Condition not met within ${ms} ms`);
     await new Promise((r) => setTimeout(r, 20));
   }
-}
-
-function freePort(): number {
-  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = (l.addr as Deno.NetAddr).port;
-  l.close();
-  return port;
 }
 
 for (const transport of ["shm", "tcp"]) {
