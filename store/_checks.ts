@@ -59,6 +59,22 @@ export function valueBytes(value: unknown): Uint8Array {
 }
 
 /**
+ * Throws unless `entries` is an array of `[key, value]` pairs (each checked where it is used).
+ *
+ * @param entries What `multiSet` was given.
+ * @returns The entries.
+ * @throws {TypeError} If `entries` is not an array of pairs.
+ */
+export function checkEntries(entries: unknown): readonly (readonly [string, unknown])[] {
+  if (!Array.isArray(entries) || !entries.every((e) => Array.isArray(e) && e.length === 2)) {
+    throw new TypeError(
+      `Invalid multiSet entries: expected an array of [key, value] pairs, found ${describe(entries)}`,
+    );
+  }
+  return entries as readonly (readonly [string, unknown])[];
+}
+
+/**
  * Throws unless `ms` is a valid timeout.
  *
  * @param ms The timeout in milliseconds.

@@ -8,9 +8,10 @@
 /**
  * The version carried by HELLO and AUTH; a peer with another version is refused. Version 2 made the proof
  * of the secret mutual (the client sends a nonce of its own, AUTH_OK carries the server's proof and its
- * idle timeout), and added PING, GOODBYE and the refusals before HELLO.
+ * idle timeout), and added PING, GOODBYE and the refusals before HELLO. Version 3 added MULTI_GET and
+ * MULTI_SET (the one-table rendezvous reads a world's records in one request).
  */
-export const PROTOCOL_VERSION = 2;
+export const PROTOCOL_VERSION = 3;
 /** Bytes of the length prefix. */
 export const LENGTH_BYTES = 4;
 /** Bytes of a frame after the length prefix, before the body: request id (u32) and opcode (u8). */
@@ -35,6 +36,8 @@ export const Op = {
   CHECK: 0x17,
   CANCEL: 0x18,
   PING: 0x19,
+  MULTI_GET: 0x1a,
+  MULTI_SET: 0x1b,
 } as const;
 
 /** Reply opcodes, server to client. */
@@ -48,6 +51,7 @@ export const Reply = {
   BOOL: 0x86,
   ERROR: 0x87,
   GOODBYE: 0x88,
+  VALUES: 0x89,
 } as const;
 
 /** The first byte of an AUTH_REFUSED body: why the client was refused. */
@@ -246,6 +250,16 @@ export class Cursor {
     const keys: string[] = [];
     for (let i = 0; i < count; i++) keys.push(this.key());
     return keys;
+  }
+
+  /** A count-prefixed list of length-prefixed byte strings (views into the body). */
+  list(): Uint8Array[] {
+    this.#need(4, "a count");
+    const count = this.#view.getUint32(this.#at, true);
+    this.#at += 4;
+    const out: Uint8Array[] = [];
+    for (let i = 0; i < count; i++) out.push(this.bytes());
+    return out;
   }
 
   /** Everything left. */

@@ -8,6 +8,7 @@
 import { StoreError } from "../core/errors.ts";
 import {
   checkDelta,
+  checkEntries,
   checkKey,
   checkKeys,
   checkTimeout,
@@ -101,6 +102,27 @@ export class MemoryStore implements Store {
     return this.#run(() => {
       checkKeys(keys);
       return this.#wait<void>(keys, options, (resolve) => this.#table.whenAll(keys, resolve));
+    });
+  }
+
+  /** {@inheritDoc Store.multiGet} */
+  multiGet(keys: readonly string[], options: StoreWaitOptions = {}): Promise<Uint8Array[]> {
+    return this.#run(() => {
+      checkKeys(keys);
+      if (keys.length === 0) return Promise.resolve([]);
+      return this.#wait<Uint8Array[]>(
+        keys,
+        options,
+        (resolve) => this.#table.whenAll(keys, () => resolve(keys.map((k) => this.#copyOf(k)))),
+      );
+    });
+  }
+
+  /** {@inheritDoc Store.multiSet} */
+  multiSet(entries: readonly (readonly [string, StoreValue])[]): Promise<void> {
+    return this.#run(() => {
+      const checked = checkEntries(entries).map(([k, v]) => [checkKey(k), valueBytes(v)] as const);
+      for (const [k, v] of checked) this.#table.set(k, v);
     });
   }
 

@@ -6,7 +6,7 @@
  * @module
  */
 import { StoreError } from "../core/errors.ts";
-import { checkKey, checkKeys, checkTimeout } from "./_checks.ts";
+import { checkEntries, checkKey, checkKeys, checkTimeout } from "./_checks.ts";
 import type { Store, StoreValue, StoreWaitOptions } from "./store.ts";
 
 /**
@@ -110,6 +110,18 @@ export class PrefixStore implements Store {
   /** {@inheritDoc Store.wait} */
   wait(keys: readonly string[], options: StoreWaitOptions = {}): Promise<void> {
     return this.#run(() => this.#inner.wait(this.#keys(keys), this.#waitOptions(options)));
+  }
+
+  /** {@inheritDoc Store.multiGet} */
+  multiGet(keys: readonly string[], options: StoreWaitOptions = {}): Promise<Uint8Array[]> {
+    return this.#run(() => this.#inner.multiGet(this.#keys(keys), this.#waitOptions(options)));
+  }
+
+  /** {@inheritDoc Store.multiSet} */
+  multiSet(entries: readonly (readonly [string, StoreValue])[]): Promise<void> {
+    return this.#run(() =>
+      this.#inner.multiSet(checkEntries(entries).map(([k, v]) => [this.#key(k), v as StoreValue] as const))
+    );
   }
 
   /** {@inheritDoc Store.add} */

@@ -145,6 +145,27 @@ export interface Store extends AsyncDisposable {
   wait(keys: readonly string[], options?: StoreWaitOptions): Promise<void>;
 
   /**
+   * Returns the values of `keys`, waiting until every one is set: one request to a network store, where
+   * a loop of `get` is one per key (torch's `multi_get`).
+   *
+   * @param keys Non-empty strings; an empty list gives `[]`.
+   * @param options The timeout and an abort signal.
+   * @returns A copy of each value, in the order of `keys`.
+   * @throws {TimeoutError} If a key was still missing when the timeout ran out.
+   * @throws {StoreError} If the store is closed or unreachable.
+   */
+  multiGet(keys: readonly string[], options?: StoreWaitOptions): Promise<Uint8Array[]>;
+
+  /**
+   * Sets every key to its value in one request (torch's `multi_set`), releasing the calls waiting for them.
+   *
+   * @param entries Pairs of a non-empty key and a value.
+   * @throws {TypeError | RangeError} If a key or value is not valid.
+   * @throws {StoreError} If the store is closed or unreachable.
+   */
+  multiSet(entries: readonly (readonly [string, StoreValue])[]): Promise<void>;
+
+  /**
    * Adds `delta` to the counter at `key` and returns the new value. The counter is stored as its decimal
    * string (as PyTorch does, so `get` returns e.g. `"3"`); a missing key starts at 0.
    *

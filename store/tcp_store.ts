@@ -3,7 +3,7 @@
  * {@linkcode TcpStoreServer} (in `tcp_store_server.ts`) run by rank 0 or the launcher, like c10d's
  * `TCPStore`.
  *
- * ## Wire format (version 2)
+ * ## Wire format (version 3)
  *
  * Every message in both directions is one frame; integers are little-endian.
  *
@@ -33,6 +33,8 @@
  * | 0x17 | CHECK                           | keys                              | BOOL                         |
  * | 0x18 | CANCEL (id = the parked request)| (empty)                           | none                         |
  * | 0x19 | PING (keeps the connection live)| (empty)                           | OK                           |
+ * | 0x1a | MULTI_GET (parks until all set) | keys                              | VALUES                       |
+ * | 0x1b | MULTI_SET                       | keys, values (count × bytes)      | OK                           |
  *
  * Replies (server → client): 0x80 HELLO (id 0, sent on accept: version:u8, flags:u8 with bit 0 "secret
  * required", nonce: 32 bytes), 0x81 AUTH_OK (idleTimeoutMs:u32, 0 for none; then the server's proof, 32
@@ -40,13 +42,15 @@
  * secrets from this address, 4 = too many connections; reason:bytes; then the server closes. Codes 3 and 4
  * come with id 0 instead of HELLO), 0x83 OK, 0x84 VALUE (value:bytes), 0x85 INT (i64), 0x86 BOOL (u8),
  * 0x87 ERROR (message:bytes; the connection stays open: a failed `add`, a parked request over a limit),
- * 0x88 GOODBYE (id 0, reason:bytes: the server closes the connection, for a limit or a protocol error).
+ * 0x88 GOODBYE (id 0, reason:bytes: the server closes the connection, for a limit or a protocol error),
+ * 0x89 VALUES (count:u32, count × bytes, in the order of the request's keys).
  *
  * Authentication is mutual challenge–response (`_auth.ts`): the client answers HELLO's nonce with a nonce
  * of its own and HMAC-SHA256(secret, "client" label ‖ server nonce ‖ client nonce); the server checks it and
  * answers with HMAC-SHA256(secret, "server" label ‖ both nonces), which the client checks. The secret never
  * travels. A server without a secret accepts any proof; a client with a secret refuses a server without one
- * (HELLO's flag) or one whose proof is missing or wrong. Version 1 (the client's proof only) is refused.
+ * (HELLO's flag) or one whose proof is missing or wrong. Version 1 (the client's proof only) is refused, and
+ * so is version 2 (without MULTI_GET and MULTI_SET), by either side, naming both versions.
  *
  * Every request has a deadline (the store's `timeoutMs`, or a blocking call's own): a server that stops
  * answering fails each call with a TimeoutError. Timeouts and aborts are the client's: it stops waiting,
@@ -59,6 +63,7 @@ import { StoreError } from "../core/errors.ts";
 import { checkProof, hmacKey, prove } from "./_auth.ts";
 import {
   checkDelta,
+  checkEntries,
   checkKey,
   checkKeys,
   checkTimeout,
@@ -289,6 +294,28 @@ export class TcpStore implements Store {
     checkKeys(keys);
     if (keys.length === 0) return;
     await this.#park(`wait for ${nameKeys(keys)}`, nameKeys(keys), Op.WAIT, [strs(keys)], replyOk, options);
+  }
+
+  /** {@inheritDoc Store.multiGet} */
+  async multiGet(keys: readonly string[], options: StoreWaitOptions = {}): Promise<Uint8Array[]> {
+    checkKeys(keys);
+    if (keys.length === 0) return [];
+    const what = `get ${nameKeys(keys)}`;
+    const values = await this.#park(what, nameKeys(keys), Op.MULTI_GET, [strs(keys)], replyValues, options);
+    if (values.length !== keys.length) {
+      throw new StoreError(`The store answered ${values.length} values to a get of ${keys.length} keys`);
+    }
+    return values;
+  }
+
+  /** {@inheritDoc Store.multiSet} */
+  async multiSet(entries: readonly (readonly [string, StoreValue])[]): Promise<void> {
+    const checked = checkEntries(entries);
+    const keys = checked.map(([k]) => checkKey(k));
+    const values = checked.map(([, v]) => valueBytes(v));
+    if (keys.length === 0) return;
+    const fields = [strs(keys), { list: values }];
+    await this.#request(`set ${nameKeys(keys)}`, Op.MULTI_SET, fields, replyOk);
   }
 
   /** {@inheritDoc Store.add} */
@@ -692,6 +719,13 @@ function replyValue(frame: Frame): Uint8Array {
   const value = body.bytes().slice();
   body.end();
   return value;
+}
+
+function replyValues(frame: Frame): Uint8Array[] {
+  const body = expect(frame, Reply.VALUES);
+  const values = body.list().map((v) => v.slice());
+  body.end();
+  return values;
 }
 
 function replyInt(frame: Frame): number {

@@ -568,6 +568,27 @@ export class TcpStoreServer implements AsyncDisposable {
         body.end();
         return this.#park(session, id, keys, () => [], Reply.OK);
       }
+      case Op.MULTI_GET: {
+        const keys = body.keys();
+        body.end();
+        return this.#park(
+          session,
+          id,
+          keys,
+          () => [{ list: keys.map((k) => table.get(k) ?? new Uint8Array()) }],
+          Reply.VALUES,
+        );
+      }
+      case Op.MULTI_SET: {
+        const keys = body.keys();
+        const values = body.list();
+        body.end();
+        if (values.length !== keys.length) {
+          throw new ProtocolError(`a multi-set of ${keys.length} keys carries ${values.length} values`);
+        }
+        for (let i = 0; i < keys.length; i++) table.set(keys[i], values[i]);
+        return this.#send(session, id, Reply.OK);
+      }
       case Op.ADD: {
         const key = body.key();
         const delta = body.i64();

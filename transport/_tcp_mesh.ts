@@ -4,7 +4,10 @@
  * master host, often started first) never dials and every rank dials only ranks already expected to be up.
  *
  * Store keys (under the caller's prefix): `token`, 16 random bytes set by rank 0, so that a connection from
- * another job or a stale process is refused; `addr/<rank>`, the `host:port` each rank listens on.
+ * another job or a stale process is refused; `addr/<rank>`, the `host:port` each rank listens on; `addrs`,
+ * the table of them all (a JSON array), which rank 0 publishes once it read them in one `multiGet`, so that
+ * a rank learns its peers' addresses in one request, not one per peer (O(N) requests for the world, not
+ * N²). A dial that fails reads the peer's own key again: a rank that restarted publishes a new address.
  *
  * @module
  */
@@ -74,6 +77,10 @@ class Mesh {
   readonly #handshaking = new Set<Deno.TcpConn>();
   readonly #tasks: Promise<unknown>[] = [];
   #token: Uint8Array | undefined;
+  #tablePromise: Promise<readonly string[]> | undefined;
+  #tableArrived = false;
+  /** At a timeout, the ranks whose address is in the store. */
+  #published: Set<number> | undefined;
   #acceptedAll: () => void = () => {};
 
   constructor(store: Store, options: MeshOptions) {
@@ -97,7 +104,19 @@ class Mesh {
         { cause: error },
       );
     }
-    const timer = setTimeout(() => this.#phase.abort(this.#timeoutError()), timeoutMs);
+    const timer = setTimeout(() => {
+      // Which peers published their address (a request per rank, on this path only): a peer that did and
+      // waits for the table of addresses is not the one missing.
+      const keys = Array.from({ length: size }, (_, r) => this.#key(`addr/${r}`));
+      const looked = Promise.all(keys.map((k) => this.#store.check([k]))).then((seen) => {
+        this.#published = new Set(seen.flatMap((s, r) => s ? [r] : []));
+      });
+      let bound: ReturnType<typeof setTimeout> | undefined;
+      Promise.race([looked, new Promise((r) => bound = setTimeout(r, 1000))]).catch(() => {}).finally(() => {
+        clearTimeout(bound);
+        this.#phase.abort(this.#timeoutError());
+      });
+    }, timeoutMs);
     const failed = new Promise<never>((_, reject) => {
       this.#phase.signal.addEventListener("abort", () => reject(this.#phase.signal.reason), { once: true });
     });
@@ -107,6 +126,7 @@ class Mesh {
       this.#token = await Promise.race([this.#worldToken(), failed]);
       const address = `${publishable(this.#o.hostname)}:${listener.addr.port}`;
       await Promise.race([this.#store.set(this.#key(`addr/${rank}`), address), failed]);
+      if (rank === 0) this.#tasks.push(this.#publishTable().catch((error) => this.#phase.abort(error)));
       const accepted = new Promise<void>((resolve) => this.#acceptedAll = resolve);
       if (this.#acceptComplete()) this.#acceptedAll();
       const dials: Promise<void>[] = [];
@@ -243,10 +263,40 @@ class Mesh {
     await Promise.all(this.#sockets[peer].map((_, index) => this.#dialSocket(peer, index)));
   }
 
-  /** The peer's address, read again before every attempt: a rank that restarted publishes a new one. */
-  async #addressOf(peer: number): Promise<{ hostname: string; port: number }> {
+  /** Rank 0: reads every rank's address in one request and publishes them as one table. */
+  async #publishTable(): Promise<void> {
+    const keys = Array.from({ length: this.#o.size }, (_, r) => this.#key(`addr/${r}`));
+    const values = await this.#store.multiGet(keys, { timeoutMs: Infinity, signal: this.#phase.signal });
+    const table = values.map((v) => new TextDecoder().decode(v));
+    await this.#store.set(this.#key("addrs"), JSON.stringify(table));
+  }
+
+  /** Every rank's address, from rank 0's table (read once). */
+  #table(): Promise<readonly string[]> {
+    return this.#tablePromise ??= (async () => {
+      const key = this.#key("addrs");
+      const bytes = await this.#store.get(key, { timeoutMs: Infinity, signal: this.#phase.signal });
+      const table: unknown = JSON.parse(new TextDecoder().decode(bytes));
+      if (
+        !Array.isArray(table) || table.length !== this.#o.size || !table.every((a) => typeof a === "string")
+      ) {
+        throw new Fatal(
+          `Store key "${key}" holds no table of ${this.#o.size} addresses: is another world using the same ` +
+            "keys? Give each world on one store its own prefix",
+        );
+      }
+      this.#tableArrived = true;
+      return table as string[];
+    })();
+  }
+
+  /**
+   * The peer's address: from the table at the first attempt, then from the peer's own key, read again
+   * before every retry (a rank that restarted publishes a new one).
+   */
+  async #addressOf(peer: number, attempt: number): Promise<{ hostname: string; port: number }> {
     const key = this.#key(`addr/${peer}`);
-    const address = new TextDecoder().decode(
+    const address = attempt === 0 ? (await this.#table())[peer] : new TextDecoder().decode(
       await this.#store.get(key, { timeoutMs: Infinity, signal: this.#phase.signal }),
     );
     this.#addresses.set(peer, address);
@@ -262,8 +312,8 @@ class Mesh {
   async #dialSocket(peer: number, index: number): Promise<void> {
     const signal = this.#phase.signal;
     let wait = FIRST_RETRY_MS;
-    while (true) {
-      const { hostname, port } = await this.#addressOf(peer);
+    for (let attempt = 0;; attempt++) {
+      const { hostname, port } = await this.#addressOf(peer, attempt);
       signal.throwIfAborted();
       let conn: Deno.TcpConn | undefined;
       try {
@@ -305,28 +355,52 @@ class Mesh {
     const { rank, size, timeoutMs } = this.#o;
     const missing: string[] = [];
     const ranks: number[] = [];
+    const waiting: number[] = [];
     for (let peer = 0; peer < size; peer++) {
       if (peer === rank) continue;
       const socks = this.#sockets[peer];
       const have = socks.filter((s) => s !== undefined).length;
       if (have === socks.length) continue;
+      if (!this.#tableArrived && this.#published?.has(peer) && have === 0) {
+        // It is up and, like this rank, waits for the table, which waits for the ranks missing.
+        waiting.push(peer);
+        continue;
+      }
       ranks.push(peer);
       const partly = have > 0 ? ` (${have} of ${socks.length} sockets)` : "";
       if (peer > rank) {
         missing.push(`rank ${peer} never connected${partly}`);
       } else if (this.#token === undefined && peer === 0) {
         missing.push(`rank 0 never published the world token (store key "${this.#key("token")}")`);
+      } else if (!this.#addresses.has(peer) && !this.#tableArrived && this.#published === undefined) {
+        missing.push(
+          `rank ${peer}'s address never came: rank 0 publishes the table of addresses (store key ` +
+            `"${this.#key("addrs")}") once every rank published its own ("${this.#key("addr/<rank>")}")`,
+        );
       } else if (!this.#addresses.has(peer)) {
         missing.push(`rank ${peer} never published its address (store key "${this.#key(`addr/${peer}`)}")`);
       } else {
         missing.push(`rank ${peer} did not answer at ${this.#addresses.get(peer)}${partly}`);
       }
     }
+    const also = waiting.length === 0
+      ? ""
+      : ` (${waiting.length === 1 ? "rank" : "ranks"} ${waiting.join(", ")} ` +
+        `published ${
+          waiting.length === 1 ? "its address and waits" : "their addresses and wait"
+        } for the table ` +
+        "of addresses, which needs every rank's)";
+    if (ranks.length === 0) {
+      return new TimeoutError(
+        `Cannot connect rank ${rank} of ${size} within ${timeoutMs} ms: every rank published its address, but ` +
+          `the table of them (store key "${this.#key("addrs")}") never came from rank 0${also}`,
+      );
+    }
     return new TimeoutError(
       `Cannot connect rank ${rank} of ${size} within ${timeoutMs} ms: missing rank${
         ranks.length > 1 ? "s" : ""
       } ` +
-        `${ranks.join(", ")}: ${missing.join("; ")}`,
+        `${ranks.join(", ")}: ${missing.join("; ")}${also}`,
     );
   }
 }

@@ -139,6 +139,8 @@ Deno.test("TcpTransport refuses a published IPv6 address without brackets, namin
     // Rank 0 "published" ::1:5, which names no port for sure: rank 1 fails at once instead of dialing it.
     await store.set("tcp/token", crypto.getRandomValues(new Uint8Array(16)));
     await store.set("tcp/addr/0", "::1:5");
+    // And the table of addresses rank 0 publishes once every rank published its own.
+    await store.set("tcp/addrs", JSON.stringify(["::1:5", "127.0.0.1:9"]));
     const error = await TcpTransport.connect(store, { rank: 1, size: 2, timeoutMs: 5_000 }).then(
       () => assert.fail("expected connect to fail"),
       (e: unknown) => e,

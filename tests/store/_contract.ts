@@ -144,6 +144,47 @@ export function storeContract(name: string, open: OpenStores): void {
     await assert.rejects(pending, (error: Error) => error.name === "AbortError");
   });
 
+  Deno.test(`${name}.multiGet() waits for every key and returns the values in order`, async () => {
+    await using f = await open(2);
+    const [a, b] = f.clients;
+    assert.deepEqual(await b.multiGet([]), []);
+    const pending = b.multiGet(["m/2", "m/0", "m/1"]);
+    await a.multiSet([["m/0", "zero"], ["m/1", new Uint8Array([1, 255])]]);
+    assert.equal(await stillPending(pending), true);
+    await a.set("m/2", "");
+    const [two, zero, one] = await pending;
+    assert.equal(text(zero), "zero");
+    assert.deepEqual(one, new Uint8Array([1, 255]));
+    assert.equal(two.length, 0);
+    // Copies: changing what came back changes nothing stored.
+    one[0] = 9;
+    assert.deepEqual((await b.multiGet(["m/1"]))[0], new Uint8Array([1, 255]));
+    // A multiSet releases a plain get, and replaces values as set does.
+    const get = b.get("m/3");
+    await a.multiSet([["m/3", "three"], ["m/0", "again"]]);
+    assert.equal(text(await get), "three");
+    assert.equal(text(await b.get("m/0")), "again");
+    await a.multiSet([]);
+  });
+
+  Deno.test(`${name}.multiGet() throws a TimeoutError naming the missing keys; bad entries are refused`, async () => {
+    await using f = await open(1);
+    const [a] = f.clients;
+    await a.set("here", "1");
+    await assert.rejects(a.multiGet(["here", "absent"], { timeoutMs: 30 }), (error: Error) => {
+      assert.ok(error instanceof TimeoutError, String(error));
+      assert.match(error.message, /absent"/);
+      return true;
+    });
+    await assert.rejects(async () => await a.multiSet([["", "v"]]), RangeError);
+    await assert.rejects(async () => await a.multiSet([["k", 5 as unknown as string]]), TypeError);
+    await assert.rejects(
+      async () => await a.multiSet("k" as never),
+      /expected an array of \[key, value\] pairs/,
+    );
+    await assert.rejects(async () => await a.multiGet([""]), RangeError);
+  });
+
   Deno.test(`${name}.add() starts a missing key at 0 and stores the decimal string`, async () => {
     await using f = await open(1);
     const [s] = f.clients;

@@ -271,9 +271,12 @@ export function transportCases<O>(suite: TransportSuite<O>): void {
       assert.equal(r.status, "rejected");
       const error = (r as PromiseRejectedResult).reason;
       assert.ok(error instanceof TimeoutError, String(error));
-      assert.equal(
+      // Over TCP, a rank up but waiting for the table of addresses (which needs rank 2's) is named apart.
+      assert.ok(
+        error.message.startsWith(
+          `Cannot connect rank ${rank} of 3 within 400 ms: missing rank 2: ${suite.neverCame(2)}`,
+        ),
         error.message,
-        `Cannot connect rank ${rank} of 3 within 400 ms: missing rank 2: ${suite.neverCame(2)}`,
       );
     }
   });

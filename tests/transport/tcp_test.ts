@@ -204,3 +204,42 @@ Deno.test("TcpTransport fails every rank fast when a peer process dies", async (
   await survivor.next("done");
   assert.equal((await survivor.child.status).code, 0);
 });
+
+Deno.test("TcpTransport's mesh learns its peers' addresses from one table: ranks joining late, O(N) store requests", async () => {
+  await using store = new MemoryStore();
+  let requests = 0;
+  const counted = new Proxy(store, {
+    get(target, name, receiver) {
+      const value = Reflect.get(target, name, receiver);
+      if (typeof value !== "function" || name === "close") return value;
+      return (...args: unknown[]) => {
+        requests++;
+        return value.apply(target, args);
+      };
+    },
+  });
+  const size = 8;
+  // Ranks start in a scrambled order, up to 150 ms apart.
+  const delays = [120, 0, 150, 30, 90, 10, 60, 140];
+  const ranks = await Promise.all(delays.map(async (ms, rank) => {
+    await new Promise((r) => setTimeout(r, ms));
+    return await TcpTransport.connect(counted, { rank, size, timeoutMs: 10_000 });
+  }));
+  try {
+    // Per rank but 0: the token, its address, the table; rank 0 (which dials nobody) sets the token and
+    // its address, reads every address and writes the table: 3N + 1, where every rank reading every
+    // lower rank's address was N²/2 + 3N/2.
+    assert.equal(requests, 3 * size + 1);
+    // Every pair talks.
+    for (let r = 0; r < size; r++) {
+      const next = (r + 1) % size;
+      const into = new Uint8Array(64);
+      const got = ranks[next].pair(r).recv(into);
+      await ranks[r].pair(next).send(descriptor(r), message(64, r));
+      assert.equal(indexOf(await got), r);
+      assert.equal(firstWrongByte(into, r), -1);
+    }
+  } finally {
+    await Promise.all(ranks.map((t) => t.close()));
+  }
+});

@@ -1,0 +1,215 @@
+/**
+ * `deno task bench:init`: what a world's start costs as it grows, loopback only and bounded.
+ *
+ * 1. **The store rendezvous**, N simulated ranks (N `TcpStore` clients in this process, the server in a
+ *    process of its own): the host exchange of `backend/cpu/_connect.ts` as it was (each rank sets its key,
+ *    waits for all, then gets every key: N² requests) beside the one-table exchange it is now
+ *    (`hostTable`: N sets, rank 0's wait and `multiGet`, one table, N − 1 gets of it: 2N + 2 requests).
+ *    For each: the time from every client connected to every rank holding the table, the requests sent,
+ *    and the server's RSS. The old pattern runs up to `--old-max` ranks (its N² grows to minutes).
+ * 2. **Real worlds**, 4 and 8 ranks on this host under the launcher (`_init_rank.ts`: `init()` to the end
+ *    of the first all-reduce), this tree beside a baseline checkout (`--baseline REV`, a git worktree made
+ *    for the run), alternating, the median of `--repeats` runs each.
+ *
+ * ```sh
+ * deno task bench:init [--sizes 256,1024,4096] [--old-max 1024] [--baseline HEAD~1] [--repeats 5]
+ * ```
+ *
+ * Writes `bench/results/init.json`.
+ *
+ * @module
+ */
+import { parseArgs } from "node:util";
+import { hostTable } from "../backend/cpu/_connect.ts";
+import { TcpStore } from "../store/tcp_store.ts";
+import type { Store } from "../store/store.ts";
+
+const { values: flags } = parseArgs({
+  args: Deno.args,
+  options: {
+    sizes: { type: "string", default: "256,1024,4096" },
+    "old-max": { type: "string", default: "1024" },
+    baseline: { type: "string", default: "" },
+    repeats: { type: "string", default: "5" },
+    ranks: { type: "string", default: "4,8" },
+    out: { type: "string", default: new URL("./results/init.json", import.meta.url).pathname },
+  },
+});
+const root = new URL("../", import.meta.url).pathname;
+const TIMEOUT_MS = 600_000;
+
+/** Counts the requests a store client sends (one per call; a `multiGet` or `wait` is one request). */
+function counting(store: Store, count: { n: number }): Store {
+  return new Proxy(store, {
+    get(target, name, receiver) {
+      const value = Reflect.get(target, name, receiver);
+      if (typeof value !== "function" || typeof name !== "string" || name === "close") return value;
+      return (...args: unknown[]) => {
+        count.n++;
+        return value.apply(target, args);
+      };
+    },
+  });
+}
+
+/** The host exchange as `_connect.ts` did it before the one-table rendezvous. */
+async function oldHosts(store: Store, rank: number, size: number): Promise<string[]> {
+  await store.set(`host/${rank}`, `host-of-${rank}`);
+  const keys = Array.from({ length: size }, (_, r) => `host/${r}`);
+  await store.wait(keys, { timeoutMs: TIMEOUT_MS });
+  return (await Promise.all(keys.map((k) => store.get(k, { timeoutMs: TIMEOUT_MS })))).map((b) =>
+    new TextDecoder().decode(b)
+  );
+}
+
+function rssMiB(pid: number): number {
+  const m = /VmRSS:\s+(\d+) kB/.exec(Deno.readTextFileSync(`/proc/${pid}/status`));
+  return m ? Number(m[1]) / 1024 : NaN;
+}
+
+interface StoreRow {
+  pattern: "old" | "one-table";
+  ranks: number;
+  connectMs: number;
+  rendezvousMs: number;
+  requests: number;
+  serverRssMiB: number;
+}
+
+async function storeRun(pattern: "old" | "one-table", size: number): Promise<StoreRow> {
+  const server = new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", `${root}bench/_init_store_server.ts`, String(size + 16), ""],
+    stdout: "piped",
+    stderr: "null",
+  }).spawn();
+  const reader = server.stdout.pipeThrough(new TextDecoderStream()).getReader();
+  let out = "";
+  while (!out.includes("\n")) {
+    const { value, done } = await reader.read();
+    if (done) throw new Error("the store server exited before printing its port");
+    out += value;
+  }
+  const port = Number(out.trim());
+  const stores: TcpStore[] = [];
+  try {
+    const t0 = performance.now();
+    for (let at = 0; at < size; at += 256) {
+      const batch = Array.from(
+        { length: Math.min(256, size - at) },
+        () => TcpStore.connect({ port, secret: "", timeoutMs: TIMEOUT_MS }),
+      );
+      stores.push(...await Promise.all(batch));
+    }
+    const connected = performance.now();
+    const count = { n: 0 };
+    const clients = stores.map((s) => counting(s, count));
+    // hostTable publishes this process's own identity for every simulated rank: one host, as here.
+    const tables = await Promise.all(
+      clients.map((s, r) => pattern === "old" ? oldHosts(s, r, size) : hostTable(s, r, size, TIMEOUT_MS)),
+    );
+    const done = performance.now();
+    if (!tables.every((t) => t.length === size)) throw new Error("a rank's table is short");
+    return {
+      pattern,
+      ranks: size,
+      connectMs: connected - t0,
+      rendezvousMs: done - connected,
+      requests: count.n,
+      serverRssMiB: rssMiB(server.pid),
+    };
+  } finally {
+    await Promise.allSettled(stores.map((s) => s.close()));
+    server.kill("SIGKILL");
+    await reader.cancel();
+    await server.status;
+  }
+}
+
+/** One real world: the slowest rank's `init_ms`. */
+async function worldRun(tree: string, ranks: number): Promise<number> {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "-A",
+      `${tree}cli/launch.ts`,
+      "--nproc-per-node",
+      String(ranks),
+      `${root}bench/_init_rank.ts`,
+    ],
+    env: { DCOMM_BENCH_ROOT: tree },
+    stdout: "piped",
+    stderr: "piped",
+    signal: AbortSignal.timeout(120_000),
+  }).output();
+  const text = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
+  const times = [...text.matchAll(/init_ms ([\d.]+)/g)].map((m) => Number(m[1]));
+  if (!out.success || times.length !== ranks) throw new Error(`a world of ${ranks} failed:\n${text}`);
+  return Math.max(...times);
+}
+
+const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+const rows: StoreRow[] = [];
+console.log("# store rendezvous (simulated ranks, one TcpStoreServer process, loopback)");
+console.log("# pattern     ranks  connect ms  rendezvous ms  requests  server RSS MiB");
+for (const size of flags.sizes.split(",").map(Number)) {
+  for (const pattern of ["old", "one-table"] as const) {
+    if (pattern === "old" && size > Number(flags["old-max"])) continue;
+    const row = await storeRun(pattern, size);
+    rows.push(row);
+    console.log(
+      `  ${row.pattern.padEnd(10)} ${String(size).padStart(6)} ${row.connectMs.toFixed(0).padStart(11)} ${
+        row.rendezvousMs.toFixed(0).padStart(14)
+      } ${String(row.requests).padStart(9)} ${row.serverRssMiB.toFixed(0).padStart(14)}`,
+    );
+  }
+}
+
+const worlds: { tree: string; ranks: number; medianMs: number; runsMs: number[] }[] = [];
+if (flags.baseline) {
+  const base = await Deno.makeTempDir({ prefix: "dcomm-baseline-" });
+  const add = await new Deno.Command("git", {
+    args: ["-C", root, "worktree", "add", "--detach", base, flags.baseline],
+    stderr: "piped",
+  }).output();
+  if (!add.success) throw new Error(`git worktree add failed: ${new TextDecoder().decode(add.stderr)}`);
+  try {
+    const trees = [["this tree", root], [`baseline ${flags.baseline}`, `${base}/`]];
+    console.log("#\n# real worlds on this host (init() to the end of the first all-reduce, slowest rank)");
+    for (const ranks of flags.ranks.split(",").map(Number)) {
+      const runs = new Map<string, number[]>(trees.map(([name]) => [name, []]));
+      for (const [, tree] of trees) await worldRun(tree, ranks); // warm the module cache
+      for (let i = 0; i < Number(flags.repeats); i++) {
+        for (const [name, tree] of i % 2 ? [...trees].reverse() : trees) {
+          runs.get(name)?.push(await worldRun(tree, ranks));
+        }
+      }
+      for (const [name, runsMs] of runs) {
+        worlds.push({ tree: name, ranks, medianMs: median(runsMs), runsMs });
+        console.log(
+          `  ${name.padEnd(20)} ${ranks} ranks: median ${median(runsMs).toFixed(1)} ms (${
+            runsMs.join(", ")
+          })`,
+        );
+      }
+    }
+  } finally {
+    await new Deno.Command("git", { args: ["-C", root, "worktree", "remove", "--force", base] }).output();
+  }
+}
+
+await Deno.writeTextFile(
+  flags.out,
+  JSON.stringify(
+    {
+      bench: "init",
+      date: new Date().toISOString(),
+      cpus: navigator.hardwareConcurrency,
+      store: rows,
+      worlds,
+    },
+    null,
+    2,
+  ) + "\n",
+);
+console.log(`# results in ${flags.out}`);
