@@ -5,9 +5,10 @@
  *
  * @module
  */
-const root = Deno.env.get("DCOMM_BENCH_ROOT") ?? new URL("../", import.meta.url).href;
+const given = Deno.env.get("DCOMM_BENCH_ROOT");
+const root = given ? `file://${given.endsWith("/") ? given : `${given}/`}` : new URL("../", import.meta.url).href;
 const t0 = performance.now();
-const { init } = await import(new URL("mod.ts", root.endsWith("/") ? root : `${root}/`).href);
+const { init } = await import(new URL("mod.ts", root).href);
 const pg = await init();
 await pg.allReduce(new Float32Array(1024));
 console.log(`init_ms ${(performance.now() - t0).toFixed(1)}`);
