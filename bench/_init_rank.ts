@@ -6,7 +6,9 @@
  * @module
  */
 const given = Deno.env.get("DCOMM_BENCH_ROOT");
-const root = given ? `file://${given.endsWith("/") ? given : `${given}/`}` : new URL("../", import.meta.url).href;
+const root = given
+  ? `file://${given.endsWith("/") ? given : `${given}/`}`
+  : new URL("../", import.meta.url).href;
 const t0 = performance.now();
 const { init } = await import(new URL("mod.ts", root).href);
 const pg = await init();

@@ -23,6 +23,7 @@ import { parseArgs } from "node:util";
 import { hostTable } from "../backend/cpu/_connect.ts";
 import { TcpStore } from "../store/tcp_store.ts";
 import type { Store } from "../store/store.ts";
+import { countingStore } from "../tests/_util/counting_store.ts";
 
 const { values: flags } = parseArgs({
   args: Deno.args,
@@ -37,20 +38,6 @@ const { values: flags } = parseArgs({
 });
 const root = new URL("../", import.meta.url).pathname;
 const TIMEOUT_MS = 600_000;
-
-/** Counts the requests a store client sends (one per call; a `multiGet` or `wait` is one request). */
-function counting(store: Store, count: { n: number }): Store {
-  return new Proxy(store, {
-    get(target, name, receiver) {
-      const value = Reflect.get(target, name, receiver);
-      if (typeof value !== "function" || typeof name !== "string" || name === "close") return value;
-      return (...args: unknown[]) => {
-        count.n++;
-        return value.apply(target, args);
-      };
-    },
-  });
-}
 
 /** The host exchange as `_connect.ts` did it before the one-table rendezvous. */
 async function oldHosts(store: Store, rank: number, size: number): Promise<string[]> {
@@ -102,7 +89,7 @@ async function storeRun(pattern: "old" | "one-table", size: number): Promise<Sto
     }
     const connected = performance.now();
     const count = { n: 0 };
-    const clients = stores.map((s) => counting(s, count));
+    const clients = stores.map((s) => countingStore(s, count));
     // hostTable publishes this process's own identity for every simulated rank: one host, as here.
     const tables = await Promise.all(
       clients.map((s, r) => pattern === "old" ? oldHosts(s, r, size) : hostTable(s, r, size, TIMEOUT_MS)),

@@ -32,7 +32,18 @@ export function setPhases(on: boolean): void {
   phasesOn = on;
 }
 
-/** A call's phases, in milliseconds: together they make its time. */
+/**
+ * A call's phases, in milliseconds: together they make its time. A cpu call's `WorkReport.phases`, while
+ * the timeline is on (`DCOMM_TIMELINE`).
+ *
+ * @example Where a call's time went
+ * ```ts
+ * import type { CallPhases } from "@dcomm/dcomm";
+ * const share = (p: CallPhases, timeMs: number): string =>
+ *   `${(100 * (p.waitingMs ?? 0) / timeMs).toFixed(0)}% waiting, ${(100 * p.reducingMs / timeMs).toFixed(0)}% reducing`;
+ * console.log(share({ waitingMs: 1.5, movingMs: 0.3, reducingMs: 0.2, codecMs: 0 }, 2));
+ * ```
+ */
 export interface CallPhases {
   /**
    * Asleep waiting for a peer to post (the host segment, the shared-memory and in-process rings); absent

@@ -6,6 +6,7 @@
  *
  * @module
  */
+import { openFileLimit } from "../core/os_limits.ts";
 import { StoreError } from "../core/errors.ts";
 import { sleep } from "./_wait.ts";
 
@@ -191,19 +192,6 @@ export function isLoopbackHost(hostname: string): boolean {
 export function defaultMaxConnections(): number {
   const soft = openFileLimit();
   return soft === undefined ? 512 : Math.max(16, Math.min(4096, Math.floor(soft / 2)));
-}
-
-function openFileLimit(): number | undefined {
-  const path = "/proc/self/limits";
-  try {
-    if (Deno.build.os !== "linux") return undefined;
-    if (Deno.permissions.querySync({ name: "read", path }).state !== "granted") return undefined;
-    const soft = /^Max open files\s+(\d+|unlimited)/m.exec(Deno.readTextFileSync(path))?.[1];
-    if (soft === undefined) return undefined;
-    return soft === "unlimited" ? Infinity : Number(soft);
-  } catch {
-    return undefined;
-  }
 }
 
 /**

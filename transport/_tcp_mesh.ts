@@ -48,6 +48,9 @@ export interface MeshOptions {
 const FIRST_RETRY_MS = 10;
 const MAX_RETRY_MS = 500;
 
+/** How often a rank waiting for a higher rank to dial checks that the peer's port still takes connections. */
+const GONE_PROBE_MS = 1000;
+
 /** A fault that no retry can fix (a rank with other settings): it ends the phase at once. */
 class Fatal extends Error {}
 
@@ -65,7 +68,41 @@ export async function formMesh(store: Store, options: MeshOptions): Promise<Deno
   return await mesh.run();
 }
 
-class Mesh {
+/** The sockets of a lazily connected world: each pair's, made when the pair is first used. */
+export interface LazyMesh {
+  /**
+   * The sockets to `peer`, in index order: dialled when `peer` is lower, else accepted from it (the higher
+   * rank of a pair dials, as in the full mesh, so both ends agree without a race).
+   *
+   * @throws {TransportError} If the peer is gone (its port refuses connections) or runs other settings.
+   * @throws {TimeoutError} If the peer does not connect or answer within the connect timeout.
+   */
+  link(peer: number): Promise<Deno.TcpConn[]>;
+  /**
+   * Called when a higher rank has connected all of a pair's sockets (it is about to talk): the transport
+   * takes the pair up at once, so that it reads what comes and its failures reach that peer.
+   */
+  onAccepted: ((peer: number) => void) | undefined;
+  /** Stops listening and every dial or wait under way. */
+  close(): Promise<void>;
+}
+
+/**
+ * The connect phase without the mesh: the token, this rank's address, and the table of every rank's
+ * (so every rank is known to be up), with the listener kept open; pairs connect when first used.
+ *
+ * @param store Where addresses and the token are exchanged.
+ * @param options The checked options.
+ * @returns The lazy mesh.
+ * @throws {TimeoutError} If some rank did not publish its address in time; the message names it.
+ */
+export async function formLazyMesh(store: Store, options: MeshOptions): Promise<LazyMesh> {
+  const mesh = new Mesh(store, options);
+  await mesh.runLazy();
+  return mesh;
+}
+
+class Mesh implements LazyMesh {
   readonly #store: Store;
   readonly #o: MeshOptions;
   readonly #phase = new AbortController();
@@ -78,6 +115,13 @@ class Mesh {
   readonly #tasks: Promise<unknown>[] = [];
   #token: Uint8Array | undefined;
   #tablePromise: Promise<readonly string[]> | undefined;
+  /** Lazy mode: the listener kept for the transport's life, each pair's link, and the waits for dials. */
+  #lazy = false;
+  #listener: Deno.TcpListener | undefined;
+  readonly #links = new Map<number, Promise<Deno.TcpConn[]>>();
+  readonly #waiting = new Map<number, () => void>();
+  /** See {@linkcode LazyMesh.onAccepted}. */
+  onAccepted: ((peer: number) => void) | undefined;
   #tableArrived = false;
   /** At a timeout, the ranks whose address is in the store. */
   #published: Set<number> | undefined;
@@ -150,6 +194,155 @@ class Mesh {
     }
   }
 
+  /** Lazy mode: the phase up to the table of addresses; the listener and its accept loop stay. */
+  async runLazy(): Promise<void> {
+    const { rank, size, timeoutMs } = this.#o;
+    this.#lazy = true;
+    if (size === 1) return;
+    let listener: Deno.TcpListener;
+    try {
+      listener = Deno.listen({ hostname: unbracketed(this.#o.listenHostname), port: 0, transport: "tcp" });
+    } catch (error) {
+      throw new TransportError(
+        `Cannot listen on ${this.#o.listenHostname} for rank ${rank}'s peers: ${(error as Error).message}`,
+        { cause: error },
+      );
+    }
+    this.#listener = listener;
+    const phase = new AbortController();
+    const timer = setTimeout(() => {
+      // Which ranks never published their address (a request per rank, on this path only).
+      const keys = Array.from({ length: size }, (_, r) => this.#key(`addr/${r}`));
+      const looked = Promise.all(keys.map((k) => this.#store.check([k]))).then((seen) => {
+        this.#published = new Set(seen.flatMap((s, r) => s ? [r] : []));
+      });
+      let bound: ReturnType<typeof setTimeout> | undefined;
+      Promise.race([looked, new Promise((r) => bound = setTimeout(r, 1000))]).catch(() => {}).finally(() => {
+        clearTimeout(bound);
+        phase.abort(this.#lazyTimeout());
+      });
+    }, timeoutMs);
+    const failed = new Promise<never>((_, reject) => {
+      const onAbort = (): void => reject(phase.signal.reason);
+      phase.signal.addEventListener("abort", onAbort, { once: true });
+      this.#phase.signal.addEventListener("abort", () => reject(this.#phase.signal.reason), { once: true });
+    });
+    failed.catch(() => {});
+    try {
+      this.#token = await Promise.race([this.#worldToken(), failed]);
+      const address = `${publishable(this.#o.hostname)}:${listener.addr.port}`;
+      await Promise.race([this.#store.set(this.#key(`addr/${rank}`), address), failed]);
+      if (rank === 0) this.#tasks.push(this.#publishTable().catch((error) => phase.abort(error)));
+      this.#tasks.push(this.#acceptLoop(listener));
+      await Promise.race([this.#table(), failed]);
+    } catch (error) {
+      await this.close();
+      throw error instanceof Fatal ? new TransportError(error.message) : error;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** Lazy mode's connect-phase timeout: the ranks whose address never came. */
+  #lazyTimeout(): TimeoutError {
+    const { rank, size, timeoutMs } = this.#o;
+    const head = `Cannot connect rank ${rank} of ${size} within ${timeoutMs} ms: `;
+    if (this.#token === undefined) {
+      return new TimeoutError(
+        `${head}rank 0 never published the world token (store key "${this.#key("token")}")`,
+      );
+    }
+    const missing = Array.from({ length: size }, (_, r) => r).filter((r) =>
+      this.#published?.has(r) === false
+    );
+    if (missing.length === 0) {
+      return new TimeoutError(
+        `${head}the table of addresses (store key "${this.#key("addrs")}") never came: rank 0 publishes it ` +
+          `once every rank published its own ("${this.#key("addr/<rank>")}")`,
+      );
+    }
+    return new TimeoutError(
+      `${head}missing rank${missing.length > 1 ? "s" : ""} ${missing.join(", ")}: ` +
+        missing.map((r) => `rank ${r} never published its address (store key "${this.#key(`addr/${r}`)}")`)
+          .join("; "),
+    );
+  }
+
+  link(peer: number): Promise<Deno.TcpConn[]> {
+    const existing = this.#links.get(peer);
+    if (existing) return existing;
+    const made = this.#makeLink(peer);
+    this.#links.set(peer, made);
+    return made;
+  }
+
+  async #makeLink(peer: number): Promise<Deno.TcpConn[]> {
+    const { rank, timeoutMs } = this.#o;
+    const sockets = (): Deno.TcpConn[] => this.#sockets[peer].map((s) => s as Deno.TcpConn);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const timedOut = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        const what = peer < rank
+          ? `rank ${peer} did not answer at ${this.#addresses.get(peer) ?? "its address"}`
+          : `rank ${peer} never connected`;
+        reject(
+          new TimeoutError(`Cannot connect rank ${rank} to rank ${peer} within ${timeoutMs} ms: ${what}`),
+        );
+      }, Math.min(timeoutMs, 2 ** 31 - 1));
+    });
+    timedOut.catch(() => {});
+    try {
+      if (peer < rank) {
+        await Promise.race([this.#dialPeer(peer), timedOut]);
+        return sockets();
+      }
+      // The higher rank dials. Until it does, a bare connection to its port now and then tells a rank
+      // that is gone (refused) from one that has not needed this pair yet.
+      const complete = new Promise<void>((resolve) => this.#waiting.set(peer, resolve));
+      if (this.#pairComplete(peer)) return sockets();
+      await Promise.race([complete, timedOut, this.#watchGone(peer)]);
+      return sockets();
+    } catch (error) {
+      throw error instanceof Fatal ? new TransportError(error.message) : error;
+    } finally {
+      clearTimeout(timer);
+      this.#waiting.delete(peer);
+    }
+  }
+
+  /** Rejects once `peer`'s port refuses a connection (its process is gone); never resolves. */
+  async #watchGone(peer: number): Promise<never> {
+    const signal = this.#phase.signal;
+    const { hostname, port } = await this.#addressOf(peer, 0);
+    while (true) {
+      await sleep(GONE_PROBE_MS, signal);
+      if (this.#pairComplete(peer)) return await new Promise<never>(() => {});
+      try {
+        // Connected and closed at once: the peer's accept loop reads no hello and drops it.
+        const conn = await Deno.connect({ hostname, port, transport: "tcp", signal });
+        closeQuietly(conn);
+      } catch (error) {
+        if (signal.aborted) throw signal.reason;
+        throw new TransportError(
+          `Rank ${peer} is gone: rank ${this.#o.rank} waited for it to connect, and its port ` +
+            `${hostname}:${port} refuses connections (${(error as Error).message})`,
+          { peer },
+        );
+      }
+    }
+  }
+
+  #pairComplete(peer: number): boolean {
+    return this.#sockets[peer].every((s) => s !== undefined);
+  }
+
+  async close(): Promise<void> {
+    if (!this.#phase.signal.aborted) this.#phase.abort(new Error("The transport closed"));
+    if (this.#listener) closeQuietly(this.#listener);
+    for (const conn of this.#handshaking) closeQuietly(conn);
+    await Promise.allSettled(this.#tasks);
+  }
+
   #key(name: string): string {
     return `${this.#o.prefix}${name}`;
   }
@@ -196,7 +389,8 @@ class Mesh {
   }
 
   async #acceptLoop(listener: Deno.TcpListener): Promise<void> {
-    const handshakes: Promise<void>[] = [];
+    // Handshakes under way (a lazy mesh accepts for the transport's whole life: done ones are dropped).
+    const handshakes = new Set<Promise<void>>();
     try {
       while (!this.#phase.signal.aborted) {
         let conn: Deno.TcpConn;
@@ -205,7 +399,8 @@ class Mesh {
         } catch {
           return; // The listener was closed: the phase is over.
         }
-        handshakes.push(this.#acceptOne(conn));
+        const handshake = this.#acceptOne(conn).finally(() => handshakes.delete(handshake));
+        handshakes.add(handshake);
       }
     } finally {
       await Promise.allSettled(handshakes);
@@ -243,7 +438,12 @@ class Mesh {
       if (old) closeQuietly(old);
       slot[hello.socketIndex] = conn;
       keep = true;
-      if (this.#acceptComplete()) this.#acceptedAll();
+      if (this.#lazy) {
+        if (this.#pairComplete(hello.rank)) {
+          this.#waiting.get(hello.rank)?.();
+          this.onAccepted?.(hello.rank);
+        }
+      } else if (this.#acceptComplete()) this.#acceptedAll();
     } catch (error) {
       if (error instanceof Fatal) this.#phase.abort(error);
     } finally {
@@ -339,6 +539,14 @@ class Mesh {
       } catch (error) {
         if (error instanceof Fatal) throw error;
         if (signal.aborted) throw signal.reason;
+        // Lazily connected, every rank listened before the table of addresses existed, and listens until
+        // it closes: a refusal means the peer is gone, not late.
+        if (this.#lazy && error instanceof Deno.errors.ConnectionRefused) {
+          throw new Fatal(
+            `Cannot connect rank ${this.#o.rank} to rank ${peer}: it closed its transport or exited before ` +
+              `rank ${this.#o.rank} connected to it (${hostname}:${port} refuses connections)`,
+          );
+        }
         // Refused, reset, or closed during the handshake: the peer is not listening yet.
       } finally {
         if (conn) {

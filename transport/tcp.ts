@@ -36,11 +36,12 @@
  *
  * @module
  */
+import { openFileLimit } from "../core/os_limits.ts";
 import { TransportError } from "../core/errors.ts";
 import { copySmallBytes } from "../core/small_bytes.ts";
 import type { Store } from "../store/store.ts";
 import { Grace, Lifecycle } from "./_lifecycle.ts";
-import { formMesh } from "./_tcp_mesh.ts";
+import { formLazyMesh, formMesh, type LazyMesh } from "./_tcp_mesh.ts";
 import {
   closeQuietly,
   COALESCE_BYTES,
@@ -106,6 +107,15 @@ export interface TcpTransportOptions {
    */
   socketsPerPeer?: number;
   /**
+   * When pairs connect: `"eager"`, the full mesh during `connect()` (N − 1 connections per rank);
+   * `"lazy"`, a pair when it is first used (a ring all-reduce opens 2 per rank; the peers' addresses are
+   * still all known, and every rank up, when `connect()` returns); `"auto"`, lazy above
+   * {@linkcode LAZY_FROM_RANKS} ranks.
+   *
+   * @default {"auto"}
+   */
+  connections?: "eager" | "lazy" | "auto";
+  /**
    * Prefix of this transport's keys in the store, so that several worlds (or groups) share one store. Each
    * world needs its own prefix, also when worlds follow each other in one store: a rank that read the
    * previous world's token would be refused by the new one until the deadline.
@@ -142,6 +152,9 @@ const DISCARD_BYTES = 1 << 20;
  * await Promise.all([a.close(), b.close()]);
  * ```
  */
+/** Worlds of more ranks than this connect their pairs lazily under `connections: "auto"`. */
+export const LAZY_FROM_RANKS = 16;
+
 export class TcpTransport implements Transport {
   /** Always `"tcp"`. */
   readonly kind: string = "tcp";
@@ -156,9 +169,16 @@ export class TcpTransport implements Transport {
 
   readonly #links: (TcpPair | undefined)[];
   readonly #life: Lifecycle;
+  readonly #lazy: LazyMesh | undefined;
   #discard: Uint8Array | undefined;
 
-  private constructor(rank: number, size: number, socketsPerPeer: number, sockets: Deno.TcpConn[][]) {
+  private constructor(
+    rank: number,
+    size: number,
+    socketsPerPeer: number,
+    sockets: Deno.TcpConn[][] | undefined,
+    lazy?: LazyMesh,
+  ) {
     this.rank = rank;
     this.size = size;
     this.socketsPerPeer = socketsPerPeer;
@@ -169,10 +189,27 @@ export class TcpTransport implements Transport {
       onClose: (closed) => this.#farewell(FRAME_CLOSE, new Uint8Array(), closed),
     });
     this.failed = this.#life.failed;
-    this.#links = sockets.map((conns, peer) =>
-      peer === rank ? undefined : new TcpPair(this.#host(), peer, conns)
+    this.#lazy = lazy;
+    this.#links = Array.from(
+      { length: size },
+      (_, peer) =>
+        peer === rank
+          ? undefined
+          : new TcpPair(this.#host(), peer, sockets?.[peer], lazy && (() => lazy.link(peer))),
     );
-    for (const link of this.#links) link?.start();
+    if (sockets) { for (const link of this.#links) link?.start(); }
+    // A peer that connected a pair is about to talk: the pair reads from it at once.
+    if (lazy) lazy.onAccepted = (peer) => this.#links[peer]?.adopt();
+  }
+
+  /** Whether pairs connect when first used. */
+  get lazy(): boolean {
+    return this.#lazy !== undefined;
+  }
+
+  /** The sockets this rank has open to its peers (a lazy transport's grow with the peers it used). */
+  get connections(): number {
+    return this.#links.reduce((n, link) => n + (link?.sockets ?? 0), 0);
   }
 
   /**
@@ -200,7 +237,13 @@ export class TcpTransport implements Transport {
       throw new TypeError(`Expected a non-empty hostname, found ${JSON.stringify(hostname)}`);
     }
     const prefix = options.prefix ?? "tcp/";
-    const sockets = await formMesh(store, {
+    const connections = options.connections ?? "auto";
+    if (!["eager", "lazy", "auto"].includes(connections)) {
+      throw new TypeError(
+        `Expected connections "eager", "lazy" or "auto", found ${JSON.stringify(connections)}`,
+      );
+    }
+    const mesh = {
       rank,
       size,
       hostname,
@@ -209,8 +252,12 @@ export class TcpTransport implements Transport {
       timeoutMs: Math.min(timeoutMs, 2 ** 31 - 1),
       socketsPerPeer,
       prefix,
-    });
-    return new TcpTransport(rank, size, socketsPerPeer, sockets);
+    };
+    if (connections === "lazy" || (connections === "auto" && size > LAZY_FROM_RANKS)) {
+      return new TcpTransport(rank, size, socketsPerPeer, undefined, await formLazyMesh(store, mesh));
+    }
+    checkOpenFiles((size - 1) * socketsPerPeer, rank);
+    return new TcpTransport(rank, size, socketsPerPeer, await formMesh(store, mesh));
   }
 
   /**
@@ -254,6 +301,7 @@ export class TcpTransport implements Transport {
     return {
       life: this.#life,
       socketsPerPeer: this.socketsPerPeer,
+      openSockets: () => this.connections,
       discard: () => this.#discard ??= new Uint8Array(DISCARD_BYTES),
     };
   }
@@ -277,6 +325,7 @@ export class TcpTransport implements Transport {
         link.rejectPending(error, true);
         link.closeSockets();
       }
+      await this.#lazy?.close();
       await Promise.allSettled(links.map((link) => link.done));
     }
   }
@@ -287,6 +336,8 @@ interface Host {
   /** The transport's state, its failure, and the errors that name peers. */
   readonly life: Lifecycle;
   readonly socketsPerPeer: number;
+  /** The sockets open to peers now. */
+  openSockets(): number;
   /** Scratch for payloads nobody wants. */
   discard(): Uint8Array;
 }
@@ -319,7 +370,7 @@ class TcpPair implements Pair {
 
   readonly #host: Host;
   readonly #life: Lifecycle;
-  readonly #conns: Deno.TcpConn[];
+  #conns: Deno.TcpConn[];
   #sendTail: Promise<void> = Promise.resolve();
   #posted: Posted[] = [];
   #arrived: Arrived[] = [];
@@ -341,16 +392,58 @@ class TcpPair implements Pair {
   #socketsClosed = false;
   /** The probe waiting for the next early message. */
   readonly #probe = new ProbeSlot();
+  /** A lazy pair's way to its sockets, and the connection under way. */
+  readonly #link: (() => Promise<Deno.TcpConn[]>) | undefined;
+  #connecting: Promise<void> | undefined;
 
-  constructor(host: Host, peer: number, conns: Deno.TcpConn[]) {
+  constructor(host: Host, peer: number, conns?: Deno.TcpConn[], link?: () => Promise<Deno.TcpConn[]>) {
     this.#host = host;
     this.#life = host.life;
     this.peer = peer;
-    this.#conns = conns;
+    this.#conns = conns ?? [];
+    this.#link = link;
   }
 
   start(): void {
     this.done = this.#readLoop();
+  }
+
+  /** The sockets open to the peer (none yet for a lazy pair not used so far). */
+  get sockets(): number {
+    return this.#socketsClosed ? 0 : this.#conns.length;
+  }
+
+  /** A lazy pair whose peer connected it: take it up now. */
+  adopt(): void {
+    if (this.#conns.length === 0) this.#connect().catch(() => {});
+  }
+
+  /** A lazy pair's connection, made once; its failure fails the transport. */
+  #connect(): Promise<void> {
+    return this.#connecting ??= (async () => {
+      try {
+        checkOpenFiles(this.#host.openSockets() + this.#host.socketsPerPeer, this.#life.rank);
+        const conns = await (this.#link as () => Promise<Deno.TcpConn[]>)();
+        if (this.#socketsClosed) {
+          for (const conn of conns) closeQuietly(conn);
+          throw this.#life.unusable() ?? new TransportError("The transport closed while it connected");
+        }
+        this.#conns = conns;
+        this.start();
+      } catch (error) {
+        // After a close or a failure, the transport's own error is the one every caller gets.
+        const settled = this.#life.unusable();
+        if (settled) throw settled;
+        const failure = error instanceof Error ? error : new TransportError(String(error));
+        if (this.#posted.length > 0 || this.#sending.size > 0 || this.#probe.pending) {
+          this.#life.fail(failure);
+          throw this.#life.unusable() ?? failure;
+        }
+        // Nothing waits on the pair any more (a probe was withdrawn): the next use finds the peer gone.
+        this.#connecting = undefined;
+        throw failure;
+      }
+    })();
   }
 
   async send(desc: Uint8Array, payload: Uint8Array): Promise<void> {
@@ -364,8 +457,12 @@ class TcpPair implements Pair {
       this.#life.fail(gone);
       throw gone;
     }
-    // Chained so that concurrent sends on one pair never interleave their bytes.
-    const write = this.#sendTail.then(() => this.#writeData(desc, payload));
+    // Chained so that concurrent sends on one pair never interleave their bytes (a lazy pair connects in
+    // the chain: a close() waits for the sends made before it, connection included).
+    const write = this.#sendTail.then(async () => {
+      if (this.#conns.length === 0) await this.#connect();
+      await this.#writeData(desc, payload);
+    });
     this.#sendTail = write.catch(() => {});
     // A failure releases the caller at once, even while the write that is under way finishes.
     await this.#guard(this.#sending, write);
@@ -381,7 +478,12 @@ class TcpPair implements Pair {
       this.#life.fail(gone);
       return Promise.reject(gone);
     }
-    return new Promise((resolve, reject) => this.#posted.push({ into, check, resolve, reject }));
+    const posted = new Promise<Uint8Array>((resolve, reject) =>
+      this.#posted.push({ into, check, resolve, reject })
+    );
+    // A lazy pair connects now; a failure rejects the receive through the transport's failure.
+    if (this.#conns.length === 0) this.#connect().catch(() => {});
+    return posted;
   }
 
   cancelProbe(): void {
@@ -397,7 +499,9 @@ class TcpPair implements Pair {
       this.#life.fail(gone);
       return Promise.reject(gone);
     }
-    return probeOf(this.#probe, first && { desc: first.desc, bytes: first.data.length });
+    const probed = probeOf(this.#probe, first && { desc: first.desc, bytes: first.data.length });
+    if (this.#conns.length === 0) this.#connect().catch(() => {});
+    return probed;
   }
 
   async #takeArrived(arrived: Arrived, into: Uint8Array, check?: RecvCheck): Promise<Uint8Array> {
@@ -484,8 +588,11 @@ class TcpPair implements Pair {
 
   /** Writes one final frame (CLOSE or ABORT) once the send under way, if any, is done. */
   async sendFinal(kind: number, payload: Uint8Array): Promise<void> {
+    // A lazy pair still connecting gets its goodbye once connected (the farewell's grace bounds the wait:
+    // a higher peer that never dials gets none).
+    if (this.#conns.length === 0 && this.#connecting) await this.#connecting.catch(() => {});
     await this.#sendTail;
-    if (this.#socketsClosed) return;
+    if (this.#socketsClosed || this.#conns.length === 0) return; // a lazy pair never used: no goodbye
     const frame = new Uint8Array(HEADER_BYTES + payload.length);
     encodeHeader(frame, { kind, desc: new Uint8Array(DESC_BYTES), bytes: payload.length });
     frame.set(payload, HEADER_BYTES);
@@ -612,4 +719,26 @@ class TcpPair implements Pair {
       ),
     );
   }
+}
+
+/** File descriptors a process keeps for everything but its peers' sockets (the store, files, the runtime). */
+const SPARE_DESCRIPTORS = 64;
+
+/**
+ * Throws before this rank would hold more sockets than its open-file limit allows (`ulimit -n`), which
+ * would otherwise fail at some later accept or dial with EMFILE (or crash the runtime).
+ *
+ * @param sockets The peer sockets this rank is about to hold.
+ * @param rank This rank, for the message.
+ * @throws {TransportError} Naming both numbers and what to do.
+ */
+export function checkOpenFiles(sockets: number, rank: number): void {
+  const limit = openFileLimit();
+  if (limit === undefined || sockets + SPARE_DESCRIPTORS <= limit) return;
+  throw new TransportError(
+    `Rank ${rank} needs ${sockets} sockets to its peers, more than its open-file limit of ${limit} allows ` +
+      `(ulimit -n, less ${SPARE_DESCRIPTORS} kept for the rest): raise the limit (ulimit -n), use ` +
+      'connections: "lazy" (DCOMM_TCP_CONNECTIONS=lazy: a pair connects when first used), or fewer ' +
+      "socketsPerPeer",
+  );
 }

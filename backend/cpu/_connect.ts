@@ -232,6 +232,7 @@ async function connect(
         timeoutMs,
         socketsPerPeer: config.socketsPerPeer,
         prefix: "tcp",
+        connections: config.tcpConnections,
       });
     case "shm":
       return await ShmTransport.connect(store, {

@@ -122,6 +122,8 @@ export interface EngineConfig {
   hostname: string;
   /** TCP sockets per peer. */
   socketsPerPeer: number;
+  /** When TCP pairs connect (`TcpTransportOptions.connections`; `DCOMM_TCP_CONNECTIONS`). @default "auto" */
+  tcpConnections?: "eager" | "lazy" | "auto";
   /** Default timeout (ms) of calls and of connecting. */
   timeoutMs: number;
   /** The pipelining chunk (bytes). */

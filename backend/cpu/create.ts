@@ -119,6 +119,7 @@ export async function initCpu(options: InitOptions = {}): Promise<CpuProcessGrou
       inprocMesh: options.inprocMesh,
       hostname: options.hostname ?? vars["DCOMM_HOSTNAME"] ?? defaultHostname(rendezvous.hostname),
       socketsPerPeer: options.socketsPerPeer ?? 1,
+      tcpConnections: tcpConnections(vars["DCOMM_TCP_CONNECTIONS"]),
       timeoutMs,
       chunkBytes: options.chunkBytes ?? 1 << 20,
       checkCalls: options.checkCalls ?? true,
@@ -194,5 +195,15 @@ function describeWorld(
       : `host segment: ${layout?.buffers} buffers of ${bytesText(layout?.bufferBytes ?? 0)}, pool ` +
         `${bytesText(layout?.poolBytes ?? 0)}: ${bytesText(segmentAreaBytes(layout as SegmentLayout))} per ` +
         "rank (its area in /dev/shm)",
+  );
+}
+
+/** `DCOMM_TCP_CONNECTIONS`: `eager`, `lazy` or `auto` (the default, also when unset or empty). */
+function tcpConnections(value: string | undefined): "eager" | "lazy" | "auto" {
+  const v = value?.trim() ?? "";
+  if (v === "") return "auto";
+  if (v === "eager" || v === "lazy" || v === "auto") return v;
+  throw new TypeError(
+    `Invalid DCOMM_TCP_CONNECTIONS: expected "eager", "lazy" or "auto", found ${JSON.stringify(value)}`,
   );
 }

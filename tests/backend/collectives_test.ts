@@ -68,6 +68,12 @@ for (const [transport, size, profile] of PROCESS_CASES) {
   });
 }
 
+Deno.test("CPU backend runs every collective on 5 processes over tcp with lazily connected pairs", async () => {
+  // Every algorithm's peers connect when first used (DCOMM_TCP_CONNECTIONS=lazy), in whatever order.
+  const results = await launched(5, "tcp", "sweep", { DCOMM_TCP_CONNECTIONS: "lazy" });
+  checkResults(results, 5);
+});
+
 Deno.test("CPU backend runs every collective on 3 processes over shm with the segment turned off", async () => {
   const results = await launched(3, "shm", "", { DCOMM_SEGMENT: "0" });
   checkResults(results, 3);

@@ -12,27 +12,13 @@ import {
   hostTable,
 } from "../../backend/cpu/_connect.ts";
 import { MemoryStore } from "../../store/memory_store.ts";
-import type { Store } from "../../store/store.ts";
+import { countingStore } from "../_util/counting_store.ts";
 import { Rng } from "../_util/rng.ts";
-
-/** A store that counts the requests made through it. */
-function counting(store: Store, count: { n: number }): Store {
-  return new Proxy(store, {
-    get(target, name, receiver) {
-      const value = Reflect.get(target, name, receiver);
-      if (typeof value !== "function" || name === "close") return value;
-      return (...args: unknown[]) => {
-        count.n++;
-        return value.apply(target, args);
-      };
-    },
-  });
-}
 
 Deno.test("hostTable(): 64 ranks joining in random order and late agree, in 2N + 2 requests", async () => {
   await using store = new MemoryStore();
   const count = { n: 0 };
-  const client = counting(store, count);
+  const client = countingStore(store, count);
   const rng = new Rng(27);
   const delays = Array.from({ length: 64 }, () => rng.u32() % 40);
   const tables = await Promise.all(delays.map(async (ms, rank) => {

@@ -19,6 +19,7 @@ import { TcpTransport, type TcpTransportOptions } from "../../transport/tcp.ts";
 import { descriptor, firstWrongByte, indexOf, MESSAGE_SIZES } from "./_fixtures/_pattern.ts";
 import { message, transportCases, type TransportSuite, world } from "./_transport_cases.ts";
 import { RankProcess } from "./_fixtures/rank_process.ts";
+import { countingStore } from "../_util/counting_store.ts";
 
 const TCP: TransportSuite<TcpTransportOptions> = {
   name: "TcpTransport",
@@ -28,6 +29,16 @@ const TCP: TransportSuite<TcpTransportOptions> = {
   neverCame: (rank) => `rank ${rank} never connected`,
 };
 transportCases(TCP);
+
+/** The same transport with every pair connected when first used. */
+const LAZY_TCP: TransportSuite<TcpTransportOptions> = {
+  ...TCP,
+  name: "TcpTransport (lazy)",
+  connect: (store, options) => TcpTransport.connect(store, { ...options, connections: "lazy" }),
+  neverCame: (rank) => `rank ${rank} never published its address (store key "tcp/addr/${rank}")`,
+  lazy: true,
+};
+transportCases(LAZY_TCP);
 
 Deno.test("TcpTransport stripes a big message over socketsPerPeer 3 sockets in order", async () => {
   const bytes = (8 << 20) + 5;
@@ -205,41 +216,127 @@ Deno.test("TcpTransport fails every rank fast when a peer process dies", async (
   assert.equal((await survivor.child.status).code, 0);
 });
 
-Deno.test("TcpTransport's mesh learns its peers' addresses from one table: ranks joining late, O(N) store requests", async () => {
-  await using store = new MemoryStore();
-  let requests = 0;
-  const counted = new Proxy(store, {
-    get(target, name, receiver) {
-      const value = Reflect.get(target, name, receiver);
-      if (typeof value !== "function" || name === "close") return value;
-      return (...args: unknown[]) => {
-        requests++;
-        return value.apply(target, args);
-      };
-    },
-  });
-  const size = 8;
-  // Ranks start in a scrambled order, up to 150 ms apart.
-  const delays = [120, 0, 150, 30, 90, 10, 60, 140];
-  const ranks = await Promise.all(delays.map(async (ms, rank) => {
-    await new Promise((r) => setTimeout(r, ms));
-    return await TcpTransport.connect(counted, { rank, size, timeoutMs: 10_000 });
-  }));
-  try {
-    // Per rank but 0: the token, its address, the table; rank 0 (which dials nobody) sets the token and
-    // its address, reads every address and writes the table: 3N + 1, where every rank reading every
-    // lower rank's address was N²/2 + 3N/2.
-    assert.equal(requests, 3 * size + 1);
-    // Every pair talks.
-    for (let r = 0; r < size; r++) {
-      const next = (r + 1) % size;
-      const into = new Uint8Array(64);
-      const got = ranks[next].pair(r).recv(into);
-      await ranks[r].pair(next).send(descriptor(r), message(64, r));
-      assert.equal(indexOf(await got), r);
-      assert.equal(firstWrongByte(into, r), -1);
+for (const connections of ["eager", "lazy"] as const) {
+  Deno.test(`TcpTransport's mesh (${connections}) learns its peers' addresses from one table: ranks joining late, O(N) store requests`, async () => {
+    await using store = new MemoryStore();
+    const requests = { n: 0 };
+    const counted = countingStore(store, requests);
+    const size = 8;
+    // Ranks start in a scrambled order, up to 150 ms apart.
+    const delays = [120, 0, 150, 30, 90, 10, 60, 140];
+    const ranks = await Promise.all(delays.map(async (ms, rank) => {
+      await new Promise((r) => setTimeout(r, ms));
+      return await TcpTransport.connect(counted, { rank, size, timeoutMs: 10_000, connections });
+    }));
+    try {
+      // Per rank but 0: the token, its address, the table; rank 0 (which dials nobody) sets the token and
+      // its address, reads every address and writes the table (and, lazily, reads it back as every rank
+      // does before connect() returns): 3N + 1 (+ 1), where every rank reading every lower rank's address
+      // was N²/2 + 3N/2.
+      assert.equal(requests.n, 3 * size + (connections === "lazy" ? 2 : 1));
+      // Every pair talks.
+      for (let r = 0; r < size; r++) {
+        const next = (r + 1) % size;
+        const into = new Uint8Array(64);
+        const got = ranks[next].pair(r).recv(into);
+        await ranks[r].pair(next).send(descriptor(r), message(64, r));
+        assert.equal(indexOf(await got), r);
+        assert.equal(firstWrongByte(into, r), -1);
+      }
+    } finally {
+      await Promise.all(ranks.map((t) => t.close()));
     }
+  });
+}
+
+Deno.test("TcpTransport (lazy): a ring opens 2 sockets per rank, a full exchange N − 1; auto is lazy above 16 ranks", async () => {
+  await using store = new MemoryStore();
+  const size = 8;
+  const ranks = await Promise.all(
+    Array.from(
+      { length: size },
+      (_, rank) => TcpTransport.connect(store, { rank, size, connections: "lazy" }),
+    ),
+  );
+  try {
+    assert.deepEqual(ranks.map((t) => [t.lazy, t.connections]), Array(size).fill([true, 0]));
+    // One step of a ring: each rank sends to the next and receives from the previous.
+    await Promise.all(ranks.map(async (t, r) => {
+      const into = new Uint8Array(16);
+      const got = t.pair((r + size - 1) % size).recv(into);
+      await t.pair((r + 1) % size).send(descriptor(r), message(16, r));
+      assert.equal(indexOf(await got), (r + size - 1) % size);
+    }));
+    assert.deepEqual(ranks.map((t) => t.connections), Array(size).fill(2));
+    // Everyone to everyone.
+    await Promise.all(ranks.flatMap((t, r) =>
+      ranks.map(async (_, p) => {
+        if (p === r) return;
+        const got = t.pair(p).recv(new Uint8Array(4));
+        await t.pair(p).send(descriptor(p), message(4, r));
+        await got;
+      })
+    ));
+    assert.deepEqual(ranks.map((t) => t.connections), Array(size).fill(size - 1));
   } finally {
     await Promise.all(ranks.map((t) => t.close()));
   }
+  for (const [size, lazy] of [[16, false], [17, true]] as const) {
+    await using auto = new MemoryStore();
+    const world = await Promise.all(
+      Array.from({ length: size }, (_, rank) => TcpTransport.connect(auto, { rank, size })),
+    );
+    assert.deepEqual(world.map((t) => t.lazy), Array(size).fill(lazy), `${size} ranks`);
+    await Promise.all(world.map((t) => t.close()));
+  }
+});
+
+Deno.test("TcpTransport (lazy): a rank gone before its first connection is named by the peer that wanted it", async () => {
+  await using store = new MemoryStore();
+  const [a, b, c] = await Promise.all(
+    [0, 1, 2].map((rank) =>
+      TcpTransport.connect(store, { rank, size: 3, connections: "lazy", timeoutMs: 30_000 })
+    ),
+  );
+  try {
+    // Rank 2 stops before any pair connected (its listener closes, as a killed process's would).
+    c.abort(new Error("killed"));
+    await c.failed;
+    const started = performance.now();
+    // Rank 1 waits for rank 2 to dial it (the higher rank dials): its checks of rank 2's port find it gone.
+    const waiting = b.pair(2).recv(new Uint8Array(4));
+    await assert.rejects(
+      waiting,
+      (e: unknown) =>
+        e instanceof TransportError &&
+        /^Rank 2 is gone: rank 1 waited for it to connect, and its port .* refuses connections/.test(
+          e.message,
+        ),
+    );
+    assert.ok(performance.now() - started < 5_000, "within a few probes");
+    // Rank 0 dials nobody higher... rank 2 dials rank 0: rank 0's send waits the same way and fails too.
+    await assert.rejects(a.pair(2).send(descriptor(0), new Uint8Array(1)), /Rank 2 is gone/);
+  } finally {
+    await Promise.all([a, b, c].map((t) => t.close().catch(() => {})));
+  }
+});
+
+Deno.test("checkOpenFiles() refuses more sockets than the open-file limit allows, naming both and the fixes", async () => {
+  const module = new URL("../../transport/tcp.ts", import.meta.url).href;
+  const code = `import { checkOpenFiles } from "${module}";
+checkOpenFiles(60, 3);
+try { checkOpenFiles(100, 3); } catch (e) { console.log(e.message); }`;
+  const out = await new Deno.Command("bash", {
+    args: ["-c", `ulimit -n 160 && exec "${Deno.execPath()}" eval --quiet '${code}'`],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const text = new TextDecoder().decode(out.stdout).trim();
+  assert.ok(out.success, new TextDecoder().decode(out.stderr));
+  assert.equal(
+    text,
+    "Rank 3 needs 100 sockets to its peers, more than its open-file limit of 160 allows (ulimit -n, less 64 " +
+      'kept for the rest): raise the limit (ulimit -n), use connections: "lazy" (DCOMM_TCP_CONNECTIONS=lazy: a ' +
+      "pair connects when first used), or fewer socketsPerPeer",
+  );
 });
