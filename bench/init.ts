@@ -10,6 +10,8 @@
  * 2. **Real worlds**, 4 and 8 ranks on this host under the launcher (`_init_rank.ts`: `init()` to the end
  *    of the first all-reduce), this tree beside a baseline checkout (`--baseline REV`, a git worktree made
  *    for the run), alternating, the median of `--repeats` runs each.
+ * 3. **A ring of `--ring-ranks` processes over TCP** (`_ring_rank.ts`: three ring all-reduces), lazily and
+ *    eagerly connected: the TCP connections each rank holds to its peers, from `/proc`, and `init()`'s time.
  *
  * ```sh
  * deno task bench:init [--sizes 256,1024,4096] [--old-max 1024] [--baseline HEAD~1] [--repeats 5]
@@ -33,6 +35,7 @@ const { values: flags } = parseArgs({
     baseline: { type: "string", default: "" },
     repeats: { type: "string", default: "5" },
     ranks: { type: "string", default: "4,8" },
+    "ring-ranks": { type: "string", default: "64" },
     out: { type: "string", default: new URL("./results/init.json", import.meta.url).pathname },
   },
 });
@@ -185,6 +188,52 @@ if (flags.baseline) {
   }
 }
 
+const rings: {
+  connections: string;
+  ranks: number;
+  peerSockets: { min: number; max: number };
+  initMs: number;
+}[] = [];
+const ringRanks = Number(flags["ring-ranks"]);
+if (ringRanks > 0) {
+  console.log(`#\n# a ring of ${ringRanks} processes over TCP: sockets each rank holds to its peers`);
+  for (const connections of ["lazy", "eager"]) {
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: [
+        "run",
+        "-A",
+        `${root}cli/launch.ts`,
+        "--nproc-per-node",
+        String(ringRanks),
+        `${root}bench/_ring_rank.ts`,
+      ],
+      env: { DCOMM_TRANSPORT: "tcp", DCOMM_TCP_CONNECTIONS: connections },
+      stdout: "piped",
+      stderr: "piped",
+      signal: AbortSignal.timeout(600_000),
+    }).output();
+    const text = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
+    const got = [...text.matchAll(/peer_sockets (\d+) init_ms ([\d.]+)/g)].map((
+      m,
+    ) => [Number(m[1]), Number(m[2])]);
+    if (!out.success || got.length !== ringRanks) {
+      throw new Error(`the ring of ${ringRanks} failed:\n${text.slice(-3000)}`);
+    }
+    const sockets = got.map(([n]) => n);
+    const row = {
+      connections,
+      ranks: ringRanks,
+      peerSockets: { min: Math.min(...sockets), max: Math.max(...sockets) },
+      initMs: median(got.map(([, ms]) => ms)),
+    };
+    rings.push(row);
+    console.log(
+      `  ${connections.padEnd(6)} peer sockets per rank ${row.peerSockets.min}..${row.peerSockets.max}, ` +
+        `init() median ${row.initMs.toFixed(0)} ms`,
+    );
+  }
+}
+
 await Deno.writeTextFile(
   flags.out,
   JSON.stringify(
@@ -194,6 +243,7 @@ await Deno.writeTextFile(
       cpus: navigator.hardwareConcurrency,
       store: rows,
       worlds,
+      rings,
     },
     null,
     2,
