@@ -12,6 +12,9 @@
  *    for the run), alternating, the median of `--repeats` runs each.
  * 3. **A ring of `--ring-ranks` processes over TCP** (`_ring_rank.ts`: three ring all-reduces), lazily and
  *    eagerly connected: the TCP connections each rank holds to its peers, from `/proc`, and `init()`'s time.
+ * 4. **The init model** (`sim/init_model.ts`): the store server's cost per request and per byte measured
+ *    apart, a connection's from the two rings; its prediction beside the rows above, and for 1,000 to
+ *    100,000 ranks.
  *
  * ```sh
  * deno task bench:init [--sizes 256,1024,4096] [--old-max 1024] [--baseline HEAD~1] [--repeats 5]
@@ -23,6 +26,7 @@
  */
 import { parseArgs } from "node:util";
 import { hostTable } from "../backend/cpu/_connect.ts";
+import { fitInitConstants, initCost, type InitShape } from "../sim/init_model.ts";
 import { TcpStore } from "../store/tcp_store.ts";
 import type { Store } from "../store/store.ts";
 import { countingStore } from "../tests/_util/counting_store.ts";
@@ -137,6 +141,48 @@ async function worldRun(tree: string, ranks: number): Promise<number> {
   return Math.max(...times);
 }
 
+/**
+ * The store server's cost per request and per byte sent, measured apart: `clients` clients each send
+ * `each` CHECK requests at once (requests a second), then each reads one 1 MiB value (bytes a second).
+ */
+async function storeCosts(clients: number, each: number): Promise<{ requestS: number; byteS: number }> {
+  const server = new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", `${root}bench/_init_store_server.ts`, String(clients + 16), ""],
+    stdout: "piped",
+    stderr: "null",
+  }).spawn();
+  const reader = server.stdout.pipeThrough(new TextDecoderStream()).getReader();
+  let out = "";
+  while (!out.includes("\n")) {
+    const { value, done } = await reader.read();
+    if (done) throw new Error("the store server exited before printing its port");
+    out += value;
+  }
+  const port = Number(out.trim());
+  const stores = await Promise.all(
+    Array.from({ length: clients }, () => TcpStore.connect({ port, secret: "", timeoutMs: TIMEOUT_MS })),
+  );
+  try {
+    await stores[0].set("x", "1");
+    let t0 = performance.now();
+    await Promise.all(stores.map(async (s) => {
+      for (let i = 0; i < each; i++) await s.check(["x"]);
+    }));
+    const requestS = (performance.now() - t0) / 1000 / (clients * each);
+    const big = new Uint8Array(1 << 20);
+    await stores[0].set("big", big);
+    t0 = performance.now();
+    await Promise.all(stores.map((s) => s.get("big")));
+    const byteS = (performance.now() - t0) / 1000 / (clients * big.length) - requestS / big.length;
+    return { requestS, byteS: Math.max(0, byteS) };
+  } finally {
+    await Promise.allSettled(stores.map((s) => s.close()));
+    server.kill("SIGKILL");
+    await reader.cancel();
+    await server.status;
+  }
+}
+
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 const rows: StoreRow[] = [];
@@ -234,6 +280,65 @@ if (ringRanks > 0) {
   }
 }
 
+// The init model (sim/init_model.ts), fitted to these rows and run at sizes no machine here can.
+let model: Record<string, unknown> | undefined;
+const lazyRing = rings.find((r) => r.connections === "lazy"),
+  eagerRing = rings.find((r) => r.connections === "eager");
+if (rows.length >= 2 && lazyRing && eagerRing) {
+  const shapeOf = (r: StoreRow): InitShape => ({
+    ranks: r.ranks,
+    pattern: r.pattern === "old" ? "per-key" : "one-table",
+    connections: "lazy",
+    scope: "hosts",
+  });
+  // The store's constants measured apart; a connection's from the two rings (what each more one adds).
+  const store = await storeCosts(256, 40);
+  const { connectS } = fitInitConstants(
+    rows.map((r) => ({ shape: shapeOf(r), seconds: r.rendezvousMs / 1000 })),
+    [[lazyRing.peerSockets.max, lazyRing.initMs / 1000], [
+      eagerRing.peerSockets.max,
+      eagerRing.initMs / 1000,
+    ]],
+  );
+  const constants = { ...store, connectS };
+  console.log(
+    `#\n# the init model: ${(constants.requestS * 1e6).toFixed(1)} µs a store request and ` +
+      `${(constants.byteS * 1e9).toFixed(2)} ns a byte sent (measured apart), ${
+        (constants.connectS * 1e3).toFixed(2)
+      } ms a connection (the rings)`,
+  );
+  console.log("#   the rows above (measured: the simulated ranks' own work in this one process included):");
+  console.log("#                      ranks  pattern    measured s  predicted s");
+  const check = rows.map((r) => {
+    const predicted = initCost(shapeOf(r), constants).rendezvousS;
+    console.log(
+      `    ${String(r.ranks).padStart(20)}  ${r.pattern.padEnd(9)} ${
+        (r.rendezvousMs / 1000).toFixed(3).padStart(11)
+      } ${predicted.toFixed(3).padStart(12)}`,
+    );
+    return { ranks: r.ranks, pattern: r.pattern, measuredS: r.rendezvousMs / 1000, predictedS: predicted };
+  });
+  console.log("#   predicted init (store + connections before the first ring call), 8 ranks a host:");
+  console.log("#       ranks   one table + lazy   per key + eager");
+  const predictions = [1_000, 4_096, 10_000, 100_000].map((n) => {
+    const now = initCost({ ranks: n, hosts: n / 8, pattern: "one-table", connections: "lazy" }, constants);
+    const before = initCost({ ranks: n, hosts: n / 8, pattern: "per-key", connections: "eager" }, constants);
+    console.log(
+      `    ${String(n).padStart(8)} ${`${now.totalS.toFixed(1)} s`.padStart(18)} ${
+        `${before.totalS.toFixed(0)} s`.padStart(17)
+      }`,
+    );
+    return {
+      ranks: n,
+      oneTableLazyS: now.totalS,
+      perKeyEagerS: before.totalS,
+      oneTable: now,
+      perKey: before,
+    };
+  });
+  model = { constants, check, predictions };
+}
+
 await Deno.writeTextFile(
   flags.out,
   JSON.stringify(
@@ -244,6 +349,7 @@ await Deno.writeTextFile(
       store: rows,
       worlds,
       rings,
+      model,
     },
     null,
     2,
