@@ -254,7 +254,7 @@ export function resultOf(runs: readonly HostRun[], marker: string, what: string)
  * @param cluster The cluster.
  * @param ranksPerHost Ranks on each host (the launcher's `--nproc-per-node`, the same on every host).
  * @param script The script and its arguments.
- * @param options Extra environment for every rank, a timeout, and a line callback.
+ * @param options Extra environment for every rank, a timeout, a line callback, the launcher.
  * @returns Each host's exit code and output.
  */
 export async function runOnCluster(
@@ -265,9 +265,11 @@ export async function runOnCluster(
     env?: Record<string, string>;
     timeoutMs?: number;
     onLine?: (host: number, line: string) => void;
+    /** The launcher to run (another checkout's, for a comparison). @default this checkout's */
+    launcher?: string;
   } = {},
 ): Promise<HostRun[]> {
-  const launcher = new URL("../cli/launch.ts", import.meta.url).pathname;
+  const launcher = options.launcher ?? new URL("../cli/launch.ts", import.meta.url).pathname;
   const secret = generateSecret();
   const port = String(20000 + (Deno.pid % 20000));
   const signal = AbortSignal.timeout(options.timeoutMs ?? 600_000);

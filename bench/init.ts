@@ -9,7 +9,8 @@
  *    and the server's RSS. The old pattern runs up to `--old-max` ranks (its N² grows to minutes).
  * 2. **Real worlds**, 4 and 8 ranks on this host under the launcher (`_init_rank.ts`: `init()` to the end
  *    of the first all-reduce), this tree beside a baseline checkout (`--baseline REV`, a git worktree made
- *    for the run), alternating, the median of `--repeats` runs each.
+ *    for the run), alternating, the median of `--repeats` runs each; with `--cluster` (root), also 8 ranks
+ *    on 4 emulated hosts.
  * 3. **A ring of `--ring-ranks` processes over TCP** (`_ring_rank.ts`: three ring all-reduces), lazily and
  *    eagerly connected: the TCP connections each rank holds to its peers, from `/proc`, and `init()`'s time.
  * 4. **The init model** (`sim/init_model.ts`): the store server's cost per request and per byte measured
@@ -17,7 +18,7 @@
  *    100,000 ranks.
  *
  * ```sh
- * deno task bench:init [--sizes 256,1024,4096] [--old-max 1024] [--baseline HEAD~1] [--repeats 5]
+ * deno task bench:init [--sizes 256,1024,4096] [--old-max 1024] [--baseline HEAD~1] [--repeats 5] [--cluster]
  * ```
  *
  * Writes `bench/results/init.json`.
@@ -27,6 +28,7 @@
 import { parseArgs } from "node:util";
 import { hostTable } from "../backend/cpu/_connect.ts";
 import { fitInitConstants, initCost, type InitShape } from "../sim/init_model.ts";
+import { createCluster, runOnCluster } from "./cluster.ts";
 import { TcpStore } from "../store/tcp_store.ts";
 import type { Store } from "../store/store.ts";
 import { countingStore } from "../tests/_util/counting_store.ts";
@@ -40,6 +42,7 @@ const { values: flags } = parseArgs({
     repeats: { type: "string", default: "5" },
     ranks: { type: "string", default: "4,8" },
     "ring-ranks": { type: "string", default: "64" },
+    cluster: { type: "boolean", default: false },
     out: { type: "string", default: new URL("./results/init.json", import.meta.url).pathname },
   },
 });
@@ -119,7 +122,7 @@ async function storeRun(pattern: "old" | "one-table", size: number): Promise<Sto
   }
 }
 
-/** One real world: the slowest rank's `init_ms`. */
+/** One real world on this host: the slowest rank's `init_ms`. */
 async function worldRun(tree: string, ranks: number): Promise<number> {
   const out = await new Deno.Command(Deno.execPath(), {
     args: [
@@ -227,6 +230,42 @@ if (flags.baseline) {
             runsMs.join(", ")
           })`,
         );
+      }
+    }
+
+    if (flags.cluster) {
+      console.log("#\n# the emulated cluster: 4 hosts × 2 ranks at 1 Gb/s, 50 µs (bench/cluster.ts)");
+      const cluster = await createCluster({ hosts: 4, rate: "1gbit", delay: "50us" });
+      try {
+        // Each tree's own launcher (its store server) and dcomm.
+        const clusterRun = async (tree: string): Promise<number> => {
+          const runs = await runOnCluster(cluster, 2, [`${root}bench/_init_rank.ts`], {
+            env: { DCOMM_BENCH_ROOT: tree },
+            launcher: `${tree}cli/launch.ts`,
+            timeoutMs: 120_000,
+          });
+          const text = runs.map((r) => r.output).join("\n");
+          const times = [...text.matchAll(/init_ms ([\d.]+)/g)].map((m) => Number(m[1]));
+          if (runs.some((r) => r.code !== 0) || times.length !== 8) {
+            throw new Error(`the cluster run failed:\n${text}`);
+          }
+          return Math.max(...times);
+        };
+        const runs = new Map<string, number[]>(trees.map(([name]) => [name, []]));
+        for (const [, tree] of trees) await clusterRun(tree);
+        for (let i = 0; i < Number(flags.repeats); i++) {
+          for (const [name, tree] of i % 2 ? [...trees].reverse() : trees) {
+            runs.get(name)?.push(await clusterRun(tree));
+          }
+        }
+        for (const [name, runsMs] of runs) {
+          worlds.push({ tree: `${name}, 4 emulated hosts`, ranks: 8, medianMs: median(runsMs), runsMs });
+          console.log(
+            `  ${name.padEnd(20)} 8 ranks: median ${median(runsMs).toFixed(1)} ms (${runsMs.join(", ")})`,
+          );
+        }
+      } finally {
+        await cluster.destroy();
       }
     }
   } finally {
