@@ -64,6 +64,33 @@ function rssMiB(pid: number): number {
   return m ? Number(m[1]) / 1024 : NaN;
 }
 
+/** The store server in a process of its own (as rank 0's or the launcher's would be); dispose it to kill it. */
+async function storeServer(
+  maxConnections: number,
+): Promise<{ child: Deno.ChildProcess; port: number } & AsyncDisposable> {
+  const child = new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", `${root}bench/_init_store_server.ts`, String(maxConnections), ""],
+    stdout: "piped",
+    stderr: "null",
+  }).spawn();
+  const reader = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
+  const stop = async (): Promise<void> => {
+    child.kill("SIGKILL");
+    await reader.cancel();
+    await child.status;
+  };
+  let out = "";
+  while (!out.includes("\n")) {
+    const { value, done } = await reader.read();
+    if (done) {
+      await stop();
+      throw new Error("the store server exited before printing its port");
+    }
+    out += value;
+  }
+  return { child, port: Number(out.trim()), [Symbol.asyncDispose]: stop };
+}
+
 interface StoreRow {
   pattern: "old" | "one-table";
   ranks: number;
@@ -74,19 +101,8 @@ interface StoreRow {
 }
 
 async function storeRun(pattern: "old" | "one-table", size: number): Promise<StoreRow> {
-  const server = new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", `${root}bench/_init_store_server.ts`, String(size + 16), ""],
-    stdout: "piped",
-    stderr: "null",
-  }).spawn();
-  const reader = server.stdout.pipeThrough(new TextDecoderStream()).getReader();
-  let out = "";
-  while (!out.includes("\n")) {
-    const { value, done } = await reader.read();
-    if (done) throw new Error("the store server exited before printing its port");
-    out += value;
-  }
-  const port = Number(out.trim());
+  await using server = await storeServer(size + 16);
+  const { port } = server;
   const stores: TcpStore[] = [];
   try {
     const t0 = performance.now();
@@ -112,13 +128,10 @@ async function storeRun(pattern: "old" | "one-table", size: number): Promise<Sto
       connectMs: connected - t0,
       rendezvousMs: done - connected,
       requests: count.n,
-      serverRssMiB: rssMiB(server.pid),
+      serverRssMiB: rssMiB(server.child.pid),
     };
   } finally {
     await Promise.allSettled(stores.map((s) => s.close()));
-    server.kill("SIGKILL");
-    await reader.cancel();
-    await server.status;
   }
 }
 
@@ -149,19 +162,8 @@ async function worldRun(tree: string, ranks: number): Promise<number> {
  * `each` CHECK requests at once (requests a second), then each reads one 1 MiB value (bytes a second).
  */
 async function storeCosts(clients: number, each: number): Promise<{ requestS: number; byteS: number }> {
-  const server = new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", `${root}bench/_init_store_server.ts`, String(clients + 16), ""],
-    stdout: "piped",
-    stderr: "null",
-  }).spawn();
-  const reader = server.stdout.pipeThrough(new TextDecoderStream()).getReader();
-  let out = "";
-  while (!out.includes("\n")) {
-    const { value, done } = await reader.read();
-    if (done) throw new Error("the store server exited before printing its port");
-    out += value;
-  }
-  const port = Number(out.trim());
+  await using server = await storeServer(clients + 16);
+  const { port } = server;
   const stores = await Promise.all(
     Array.from({ length: clients }, () => TcpStore.connect({ port, secret: "", timeoutMs: TIMEOUT_MS })),
   );
@@ -180,9 +182,6 @@ async function storeCosts(clients: number, each: number): Promise<{ requestS: nu
     return { requestS, byteS: Math.max(0, byteS) };
   } finally {
     await Promise.allSettled(stores.map((s) => s.close()));
-    server.kill("SIGKILL");
-    await reader.cancel();
-    await server.status;
   }
 }
 

@@ -148,19 +148,11 @@ class Mesh implements LazyMesh {
         { cause: error },
       );
     }
-    const timer = setTimeout(() => {
-      // Which peers published their address (a request per rank, on this path only): a peer that did and
-      // waits for the table of addresses is not the one missing.
-      const keys = Array.from({ length: size }, (_, r) => this.#key(`addr/${r}`));
-      const looked = Promise.all(keys.map((k) => this.#store.check([k]))).then((seen) => {
-        this.#published = new Set(seen.flatMap((s, r) => s ? [r] : []));
-      });
-      let bound: ReturnType<typeof setTimeout> | undefined;
-      Promise.race([looked, new Promise((r) => bound = setTimeout(r, 1000))]).catch(() => {}).finally(() => {
-        clearTimeout(bound);
-        this.#phase.abort(this.#timeoutError());
-      });
-    }, timeoutMs);
+    // A peer that published its address and waits for the table of addresses is not the one missing.
+    const timer = setTimeout(
+      () => this.#lookPublished().then(() => this.#phase.abort(this.#timeoutError())),
+      timeoutMs,
+    );
     const failed = new Promise<never>((_, reject) => {
       this.#phase.signal.addEventListener("abort", () => reject(this.#phase.signal.reason), { once: true });
     });
@@ -210,18 +202,10 @@ class Mesh implements LazyMesh {
     }
     this.#listener = listener;
     const phase = new AbortController();
-    const timer = setTimeout(() => {
-      // Which ranks never published their address (a request per rank, on this path only).
-      const keys = Array.from({ length: size }, (_, r) => this.#key(`addr/${r}`));
-      const looked = Promise.all(keys.map((k) => this.#store.check([k]))).then((seen) => {
-        this.#published = new Set(seen.flatMap((s, r) => s ? [r] : []));
-      });
-      let bound: ReturnType<typeof setTimeout> | undefined;
-      Promise.race([looked, new Promise((r) => bound = setTimeout(r, 1000))]).catch(() => {}).finally(() => {
-        clearTimeout(bound);
-        phase.abort(this.#lazyTimeout());
-      });
-    }, timeoutMs);
+    const timer = setTimeout(
+      () => this.#lookPublished().then(() => phase.abort(this.#lazyTimeout())),
+      timeoutMs,
+    );
     const failed = new Promise<never>((_, reject) => {
       const onAbort = (): void => reject(phase.signal.reason);
       phase.signal.addEventListener("abort", onAbort, { once: true });
@@ -241,6 +225,20 @@ class Mesh implements LazyMesh {
     } finally {
       clearTimeout(timer);
     }
+  }
+
+  /**
+   * At a timeout: which ranks published their address (`#published`; a request per rank, on this path
+   * only, for at most a second). Never rejects.
+   */
+  async #lookPublished(): Promise<void> {
+    const keys = Array.from({ length: this.#o.size }, (_, r) => this.#key(`addr/${r}`));
+    const looked = Promise.all(keys.map((k) => this.#store.check([k]))).then((seen) => {
+      this.#published = new Set(seen.flatMap((s, r) => s ? [r] : []));
+    });
+    let bound: ReturnType<typeof setTimeout> | undefined;
+    await Promise.race([looked, new Promise((r) => bound = setTimeout(r, 1000))]).catch(() => {});
+    clearTimeout(bound);
   }
 
   /** Lazy mode's connect-phase timeout: the ranks whose address never came. */
