@@ -139,15 +139,7 @@ class Mesh implements LazyMesh {
   async run(): Promise<Deno.TcpConn[][]> {
     const { rank, size, timeoutMs } = this.#o;
     if (size === 1) return [[]];
-    let listener: Deno.TcpListener;
-    try {
-      listener = Deno.listen({ hostname: unbracketed(this.#o.listenHostname), port: 0, transport: "tcp" });
-    } catch (error) {
-      throw new TransportError(
-        `Cannot listen on ${this.#o.listenHostname} for rank ${rank}'s peers: ${(error as Error).message}`,
-        { cause: error },
-      );
-    }
+    const listener = this.#listen();
     // A peer that published its address and waits for the table of addresses is not the one missing.
     const timer = setTimeout(
       () => this.#lookPublished().then(() => this.#phase.abort(this.#timeoutError())),
@@ -191,15 +183,7 @@ class Mesh implements LazyMesh {
     const { rank, size, timeoutMs } = this.#o;
     this.#lazy = true;
     if (size === 1) return;
-    let listener: Deno.TcpListener;
-    try {
-      listener = Deno.listen({ hostname: unbracketed(this.#o.listenHostname), port: 0, transport: "tcp" });
-    } catch (error) {
-      throw new TransportError(
-        `Cannot listen on ${this.#o.listenHostname} for rank ${rank}'s peers: ${(error as Error).message}`,
-        { cause: error },
-      );
-    }
+    const listener = this.#listen();
     this.#listener = listener;
     const phase = new AbortController();
     const timer = setTimeout(
@@ -224,6 +208,20 @@ class Mesh implements LazyMesh {
       throw error instanceof Fatal ? new TransportError(error.message) : error;
     } finally {
       clearTimeout(timer);
+    }
+  }
+
+  /** The listener the peers dial. */
+  #listen(): Deno.TcpListener {
+    try {
+      return Deno.listen({ hostname: unbracketed(this.#o.listenHostname), port: 0, transport: "tcp" });
+    } catch (error) {
+      throw new TransportError(
+        `Cannot listen on ${this.#o.listenHostname} for rank ${this.#o.rank}'s peers: ${
+          (error as Error).message
+        }`,
+        { cause: error },
+      );
     }
   }
 
