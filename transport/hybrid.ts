@@ -48,6 +48,12 @@ export interface HybridTransportOptions {
   timeoutMs?: number;
   /** The prefix of this transport's keys in the store. @default "hybrid/" */
   prefix?: string;
+  /**
+   * When the TCP pairs connect (`TcpTransportOptions.connections`). Lazily by default: the TCP transport
+   * spans the world, but pairs within a host talk over shared memory, so an eager mesh would open sockets
+   * to every rank of this host for nothing. @default "lazy"
+   */
+  connections?: "eager" | "lazy" | "auto";
 }
 
 /** Shared memory within a host, TCP between hosts. */
@@ -108,6 +114,7 @@ export class HybridTransport implements Transport {
         socketsPerPeer: options.socketsPerPeer,
         timeoutMs,
         prefix: `${prefix}tcp/`,
+        connections: options.connections ?? "lazy",
       }),
     ]);
     return new HybridTransport(rank, size, local, shm, tcp);

@@ -223,6 +223,8 @@ async function connect(
         timeoutMs,
         socketsPerPeer: config.socketsPerPeer,
         prefix: "hybrid/",
+        // Pairs within a host use shared memory: "auto" is lazy here at any size.
+        connections: config.tcpConnections === "eager" ? "eager" : "lazy",
       });
     case "tcp":
       return await TcpTransport.connect(store, {
