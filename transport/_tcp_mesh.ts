@@ -276,27 +276,29 @@ class Mesh implements LazyMesh {
     const { rank, timeoutMs } = this.#o;
     const sockets = (): Deno.TcpConn[] => this.#sockets[peer].map((s) => s as Deno.TcpConn);
     let timer: ReturnType<typeof setTimeout> | undefined;
-    const timedOut = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => {
-        const what = peer < rank
-          ? `rank ${peer} did not answer at ${this.#addresses.get(peer) ?? "its address"}`
-          : `rank ${peer} never connected`;
-        reject(
-          new TimeoutError(`Cannot connect rank ${rank} to rank ${peer} within ${timeoutMs} ms: ${what}`),
-        );
-      }, Math.min(timeoutMs, 2 ** 31 - 1));
-    });
-    timedOut.catch(() => {});
     try {
       if (peer < rank) {
+        // A peer that takes connections but does not answer the handshake in time.
+        const timedOut = new Promise<never>((_, reject) => {
+          timer = setTimeout(() => {
+            const at = this.#addresses.get(peer) ?? "its address";
+            reject(
+              new TimeoutError(
+                `Cannot connect rank ${rank} to rank ${peer} within ${timeoutMs} ms: rank ${peer} did not answer at ${at}`,
+              ),
+            );
+          }, Math.min(timeoutMs, 2 ** 31 - 1));
+        });
+        timedOut.catch(() => {});
         await Promise.race([this.#dialPeer(peer), timedOut]);
         return sockets();
       }
-      // The higher rank dials. Until it does, a bare connection to its port now and then tells a rank
-      // that is gone (refused) from one that has not needed this pair yet.
+      // The higher rank dials, when it first uses the pair: however late that is (the calls' own deadlines
+      // bound it), a bare connection to its port each second tells a rank that is gone (refused) from one
+      // that has not needed this pair yet.
       const complete = new Promise<void>((resolve) => this.#waiting.set(peer, resolve));
       if (this.#pairComplete(peer)) return sockets();
-      await Promise.race([complete, timedOut, this.#watchGone(peer)]);
+      await Promise.race([complete, this.#watchGone(peer)]);
       return sockets();
     } catch (error) {
       throw error instanceof Fatal ? new TransportError(error.message) : error;
