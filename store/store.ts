@@ -92,12 +92,13 @@ export interface StoreWaitOptions {
  * } from "@dcomm/dcomm/store";
  * import assert from "node:assert/strict";
  *
- * // Each rank publishes its address, then reads everyone's (an all-gather through the store).
+ * // Each rank publishes its address, then reads everyone's in one request (an all-gather through the
+ * // store; a world of N ranks then makes 2N requests, where a get per key would make N²).
  * async function exchange(store: Store, rank: number, size: number, address: StoreValue): Promise<string[]> {
  *   await store.set(`address/${rank}`, address);
  *   const options: StoreWaitOptions = { timeoutMs: 5_000 };
- *   const ranks = Array.from({ length: size }, (_, r) => r);
- *   const values = await Promise.all(ranks.map((r) => store.get(`address/${r}`, options)));
+ *   const keys = Array.from({ length: size }, (_, r) => `address/${r}`);
+ *   const values = await store.multiGet(keys, options);
  *   return values.map((value) => new TextDecoder().decode(value));
  * }
  *
