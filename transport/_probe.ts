@@ -45,12 +45,13 @@ export class ProbeSlot {
    *
    * @param desc The message's descriptor.
    * @param bytes Its payload's length.
+   * @param arrivedAt When its header arrived. @default now
    */
-  offer(desc: Uint8Array, bytes: number): void {
+  offer(desc: Uint8Array, bytes: number, arrivedAt: number = performance.now()): void {
     const waiting = this.#waiting;
     if (waiting === undefined) return;
     this.#waiting = undefined;
-    waiting.resolve({ desc: desc.slice(), bytes });
+    waiting.resolve({ desc: desc.slice(), bytes, arrivedAt });
   }
 
   /** Withdraws the pending probe, if one waits: it rejects with an `AbortError`. */
@@ -80,9 +81,9 @@ export class ProbeSlot {
  */
 export function probeOf(
   slot: ProbeSlot,
-  first: { readonly desc: Uint8Array; readonly bytes: number } | undefined,
+  first: { readonly desc: Uint8Array; readonly bytes: number; readonly arrivedAt?: number } | undefined,
 ): ReturnType<Pair["probe"]> {
   return first === undefined
     ? slot.wait()
-    : Promise.resolve({ desc: first.desc.slice(), bytes: first.bytes });
+    : Promise.resolve({ desc: first.desc.slice(), bytes: first.bytes, arrivedAt: first.arrivedAt });
 }

@@ -402,6 +402,8 @@ interface RecvOp {
 interface Incoming {
   readonly desc: Uint8Array;
   readonly bytes: number;
+  /** When its header was read (`performance.now()`). */
+  readonly arrivedAt: number;
   received: number;
   /** The receive it belongs to, once matched. */
   op?: RecvOp;
@@ -413,6 +415,7 @@ interface Incoming {
 interface Arrived {
   readonly desc: Uint8Array;
   readonly data: Uint8Array;
+  readonly arrivedAt: number;
 }
 
 /** The consumer end: parses frames and delivers payloads into posted receives, in order. */
@@ -426,6 +429,7 @@ export class RingReader {
   #arrived: Arrived[] = [];
   #current: Incoming | undefined;
   readonly #probe = new ProbeSlot();
+  #probed = false;
   readonly #frame = new Uint8Array(FRAME_HEADER_BYTES);
   readonly #frameView = new DataView(this.#frame.buffer);
 
@@ -443,6 +447,16 @@ export class RingReader {
   /** Whether a receive (or a probe) is posted and not complete. */
   get pending(): boolean {
     return this.#ops.length > 0 || this.#current?.op !== undefined || this.#probe.pending;
+  }
+
+  /**
+   * Whether this end was probed since the last call (then clears it): a receive from any source probes
+   * every pair and withdraws the probes at once, so a peer it keeps probing counts as waited for.
+   */
+  takeProbed(): boolean {
+    const probed = this.#probed;
+    this.#probed = false;
+    return probed;
   }
 
   /** Whether bytes the reader has not consumed are in the ring. */
@@ -470,6 +484,7 @@ export class RingReader {
    * @returns Resolves with the header, the message left for the next receive.
    */
   probe(): Promise<MessageHeader> {
+    this.#probed = true;
     return probeOf(this.#probe, this.#unclaimed());
   }
 
@@ -479,9 +494,11 @@ export class RingReader {
   }
 
   /** The first message read (its header at least) that no posted receive takes. */
-  #unclaimed(): { desc: Uint8Array; bytes: number } | undefined {
+  #unclaimed(): { desc: Uint8Array; bytes: number; arrivedAt: number } | undefined {
     const first = this.#arrived[0];
-    if (first !== undefined) return { desc: first.desc, bytes: first.data.length };
+    if (first !== undefined) {
+      return { desc: first.desc, bytes: first.data.length, arrivedAt: first.arrivedAt };
+    }
     const current = this.#current;
     return current !== undefined && current.op === undefined ? current : undefined;
   }
@@ -531,7 +548,12 @@ export class RingReader {
             { peer: this.#ends.writer },
           );
         }
-        current = { desc: copySmallBytes(this.#frame, 8, DESC_BYTES), bytes: Number(bytes), received: 0 };
+        current = {
+          desc: copySmallBytes(this.#frame, 8, DESC_BYTES),
+          bytes: Number(bytes),
+          arrivedAt: performance.now(),
+          received: 0,
+        };
         this.#current = current;
       }
       if (current.op === undefined && this.#arrived.length === 0 && this.#ops.length > 0) {
@@ -565,12 +587,12 @@ export class RingReader {
       if (current.received < current.bytes) break;
       this.#current = undefined;
       if (current.op !== undefined) completed.push([current.op, current.desc]);
-      else this.#arrived.push({ desc: current.desc, data: into });
+      else this.#arrived.push({ desc: current.desc, data: into, arrivedAt: current.arrivedAt });
     }
     if (moved) this.#publish();
     if (this.#probe.pending) {
       const unclaimed = this.#unclaimed();
-      if (unclaimed !== undefined) this.#probe.offer(unclaimed.desc, unclaimed.bytes);
+      if (unclaimed !== undefined) this.#probe.offer(unclaimed.desc, unclaimed.bytes, unclaimed.arrivedAt);
     }
     for (const [op, desc] of completed) op.resolve(desc);
     return moved || completed.length > 0;

@@ -430,7 +430,8 @@ export class RingTransport implements Transport {
     const liveness = this.#init.liveness;
     if (liveness === undefined) return;
     for (const pair of this.#pairs) {
-      if (pair === undefined || !(pair.reader.pending || pair.writer.pending)) continue;
+      const probed = pair?.reader.takeProbed() ?? false;
+      if (pair === undefined || !(pair.reader.pending || pair.writer.pending || probed)) continue;
       const death = liveness(pair.peer);
       if (death !== undefined) {
         const during = pair.reader.pending ? "a receive" : "a send";

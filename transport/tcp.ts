@@ -352,6 +352,8 @@ interface Posted {
 interface Arrived {
   desc: Uint8Array;
   data: Uint8Array;
+  /** When its header arrived (`performance.now()`). */
+  at: number;
   /** Resolves once every byte of `data` has been read. */
   ready: Promise<void>;
 }
@@ -499,7 +501,10 @@ class TcpPair implements Pair {
       this.#life.fail(gone);
       return Promise.reject(gone);
     }
-    const probed = probeOf(this.#probe, first && { desc: first.desc, bytes: first.data.length });
+    const probed = probeOf(
+      this.#probe,
+      first && { desc: first.desc, bytes: first.data.length, arrivedAt: first.at },
+    );
     if (this.#conns.length === 0) this.#connect().catch(() => {});
     return probed;
   }
@@ -698,8 +703,14 @@ class TcpPair implements Pair {
     if (reuse) this.#spare = undefined;
     const data = reuse ? spare.subarray(0, header.bytes) : new Uint8Array(header.bytes);
     let markReady: () => void = () => {};
-    this.#arrived.push({ desc: header.desc.slice(), data, ready: new Promise<void>((r) => markReady = r) });
-    this.#probe.offer(header.desc, header.bytes);
+    const at = performance.now();
+    this.#arrived.push({
+      desc: header.desc.slice(),
+      data,
+      at,
+      ready: new Promise<void>((r) => markReady = r),
+    });
+    this.#probe.offer(header.desc, header.bytes, at);
     await this.#readPayload(data, header.bytes);
     markReady();
   }

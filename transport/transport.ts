@@ -28,6 +28,11 @@ export interface MessageHeader {
   readonly desc: Uint8Array;
   /** The payload's length in bytes. */
   readonly bytes: number;
+  /**
+   * When the message's header arrived (`performance.now()` on the receiving thread), where the transport
+   * knows it: a receive from any source takes the message that came first, so no sender starves.
+   */
+  readonly arrivedAt?: number;
 }
 
 /** One end of an ordered, reliable message channel with one peer. */

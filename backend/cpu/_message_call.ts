@@ -149,13 +149,23 @@ export class MessageCall {
     const group = this.#group, transport = this.#env.transport;
     const peers = group.ranks.filter((rank) => rank !== transport.rank);
     const { promise, resolve } = Promise.withResolvers<number>();
+    // Senders whose message is already here: the one that came first wins (not the lowest rank, which
+    // would starve the others, and keep a rank from ever reading a dead peer's last message).
+    const here: { rank: number; at: number }[] = [];
+    let looking = true;
     for (const rank of peers) {
       transport.pair(rank).probe().then((header) => {
         const d = decodeDescriptor(header.desc, ALGORITHM_NAMES);
-        if (d.collective === "send" && d.group === group.id && d.root === group.index) resolve(rank);
-        else this.#waitingOn.delete(rank);
+        if (!(d.collective === "send" && d.group === group.id && d.root === group.index)) {
+          this.#waitingOn.delete(rank);
+        } else if (looking) here.push({ rank, at: header.arrivedAt ?? Infinity });
+        else resolve(rank);
       }, () => {}); // a failed transport fails the call through the engine
     }
+    // The probes of messages already here settle within these turns of the microtask queue.
+    for (let turn = 0; turn < 4; turn++) await null;
+    looking = false;
+    if (here.length > 0) resolve(here.reduce((a, b) => (b.at < a.at ? b : a)).rank);
     try {
       return group.ranks.indexOf(await promise);
     } finally {

@@ -90,6 +90,11 @@ const KILLED = [
   ["shm", "allGatherv"],
   ["tcp", "batch"],
   ["shm", "batch"],
+  // Rank 0 receives from ANY_SOURCE; the others send: it takes the message that came first, so it reads the
+  // killed rank's last message and then finds it gone, whatever the live senders keep sending. (Over shm
+  // the dead sender is found by its pid, which a receive from any source checks only now and then: that
+  // case still fails now and then, so it is not here yet.)
+  ["tcp", "anySource"],
 ];
 for (const [transport, size] of KILLED) {
   Deno.test(`a rank killed mid-collective makes every other rank fail within seconds (${transport}, ${size})`, async () => {
