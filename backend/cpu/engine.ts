@@ -311,7 +311,9 @@ export class Engine {
  */
 export function peerMismatch(error: Error): MismatchError | undefined {
   if (!(error instanceof TransportError) || error.peer === undefined) return undefined;
-  const m = /^Rank (\d+) aborted: (Mismatched calls: [\s\S]*)$/.exec(error.message);
+  // The peer may relay another rank's abort ("Rank 0 aborted: Rank 2 aborted: Mismatched calls: …"): a rank
+  // that heard of the mismatch second-hand fails with it as well.
+  const m = /^Rank (\d+) aborted: (?:Rank \d+ aborted: )*(Mismatched calls: [\s\S]*)$/.exec(error.message);
   if (m === null || Number(m[1]) !== error.peer) return undefined;
   return new MismatchError(m[2], { cause: error });
 }

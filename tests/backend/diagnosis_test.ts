@@ -8,7 +8,8 @@
  * @module
  */
 import assert from "node:assert/strict";
-import { StoreError, TimeoutError } from "../../core/errors.ts";
+import { MismatchError, StoreError, TimeoutError, TransportError } from "../../core/errors.ts";
+import { peerMismatch } from "../../backend/cpu/engine.ts";
 import { Rendezvous } from "../../backend/_rendezvous.ts";
 import { TcpStore } from "../../store/tcp_store.ts";
 import { TcpStoreServer } from "../../store/tcp_store_server.ts";
@@ -173,6 +174,20 @@ Deno.test("the launcher on a port another job's store holds fails at once, namin
   assert.ok(ms < 15_000, `took ${ms} ms`);
   assert.match(stderr, /the port is taken, most likely by another job's store/);
   assert.match(stderr, /another --master-port, or --master-port 0/);
+});
+
+Deno.test("peerMismatch() finds a mismatch behind a peer's abort, also one relayed through other ranks", () => {
+  const text =
+    "Mismatched calls: rank 1 called allReduce(4 × int32) #0 in group 0 but rank 2 called allReduce(4 × float32) #0";
+  for (const message of [`Rank 2 aborted: ${text}`, `Rank 0 aborted: Rank 2 aborted: ${text}`]) {
+    const peer = Number(/^Rank (\d+)/.exec(message)?.[1]);
+    const found = peerMismatch(new TransportError(message, { peer }));
+    assert.ok(found instanceof MismatchError, message);
+    assert.equal(found.message, text);
+  }
+  // Not from the peer that failed the transport, or not a mismatch: not one.
+  assert.equal(peerMismatch(new TransportError(`Rank 2 aborted: ${text}`, { peer: 1 })), undefined);
+  assert.equal(peerMismatch(new TransportError("Rank 2 aborted: out of memory", { peer: 2 })), undefined);
 });
 
 for (const variant of ["count", "dtype", "collective"]) {
