@@ -230,7 +230,7 @@ export class Engine {
     const report = await this.#dispatch(op);
     if (report.phases) return report; // a segment call's, over exactly its own time
     const kind = this.#transport.kind;
-    const measured = report.algorithm === "segment" || kind === "shm" || kind === "inproc";
+    const measured = kind === "shm" || kind === "inproc";
     return { ...report, phases: phasesSince(mark, report.timeMs, measured) };
   }
 
