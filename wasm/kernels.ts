@@ -1,7 +1,7 @@
 /**
  * Typed wrappers over the WASM kernels of `kernels.wasm`: element-wise reductions for every dtype and op
  * (bitwise ones for integers and bools, `premulSum` for floats), float32 <-> float16/bfloat16 casts, and
- * the BLAS-like `scale`, `axpy` and `matmul`.
+ * the BLAS-like `scale`, `axpy` and `matmul`, and the optimizer steps (`optimizerKernels()`: SGD, Adam, AdamW).
  *
  * The wrappers accept any TypedArray view at any byte offset. Arrays that live in wasm memory (from
  * {@linkcode WasmHeap.alloc} and {@linkcode WasmHeap.view}) are used in place; any other array is copied
@@ -55,6 +55,7 @@ export {
   type TypedArrayConstructor,
   WasmHeap,
 } from "./loader.ts";
+export { type AdamOptions, OptimizerKernels, optimizerKernels, type SgdOptions } from "./optim.ts";
 
 /**
  * Options of {@linkcode Kernels.reduce} and {@linkcode Kernels.reduceMany}.
