@@ -26,6 +26,7 @@ export const MAY_IMPORT: Readonly<Record<string, readonly string[]>> = {
   gpu: ["core", "ffi"],
   backend: ["core", "wasm", "ffi", "store", "transport", "collectives", "sim", "gpu"],
   ddp: ["core", "backend", "wasm"],
+  zero: ["core", "backend", "wasm"],
   tfjs: ["core", "backend", "ddp"],
   cli: ["core", "wasm", "ffi", "store", "gpu", "backend"],
 };

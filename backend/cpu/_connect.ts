@@ -15,32 +15,9 @@ import { InprocTransport } from "../../transport/inproc.ts";
 import { HybridTransport } from "../../transport/hybrid.ts";
 import type { EngineConfig } from "./_protocol.ts";
 import { rankList } from "../_rendezvous.ts";
+import { hostIdentity } from "../../core/host.ts";
 
-/**
- * An identity shared by the processes of one host: one booted machine (its boot id) and one network
- * namespace (processes in different namespaces reach each other only over a network, as different hosts
- * do; the emulated cluster of `bench/cluster.ts` is such namespaces). `DCOMM_HOST_ID` overrides it, as
- * `NCCL_HOSTID` does NCCL's: ranks with different values count as different hosts (and talk over TCP).
- */
-export function hostIdentity(): string {
-  try {
-    const forced = Deno.env.get("DCOMM_HOST_ID");
-    if (forced) return `forced/${forced}`;
-  } catch {
-    // no --allow-env: the machine's identity
-  }
-  let boot: string;
-  try {
-    boot = Deno.readTextFileSync("/proc/sys/kernel/random/boot_id").trim();
-  } catch {
-    boot = Deno.hostname();
-  }
-  try {
-    return `${boot}/${Deno.readLinkSync("/proc/self/ns/net")}`;
-  } catch {
-    return boot; // no /proc (or no read permission): the boot id alone
-  }
-}
+export { hostIdentity };
 
 /** A connected transport and the world's topology. */
 export interface Connected {
