@@ -709,7 +709,10 @@ export class ShardedDataParallel implements AsyncDisposable {
   #usable(verb: string): void {
     if (this.#closed) fail(`Cannot ${verb}: the trainer is closed`);
     if (this.#failure !== undefined) {
-      throw new DistError(`Cannot ${verb}: a collective of this trainer failed`, { cause: this.#failure });
+      const why = this.#failure instanceof Error ? this.#failure.message : String(this.#failure);
+      throw new DistError(`Cannot ${verb}: a collective of this trainer failed: ${why}`, {
+        cause: this.#failure,
+      });
     }
   }
 

@@ -84,6 +84,8 @@ const KILLED = [
   ],
   ["shm", "DDP 1-bit buckets"],
   ["tcp", "DDP 1-bit buckets"],
+  ["tcp", "ZeRO-3 gathers"],
+  ["shm", "ZeRO-3 gathers"],
   ["tcp", "gather"],
   ["shm", "gather"],
   ["tcp", "allGatherv"],
@@ -105,6 +107,8 @@ for (const [transport, size] of KILLED) {
       ? "ddp"
       : size === "DDP 1-bit buckets"
       ? "ddp-1bit"
+      : size === "ZeRO-3 gathers"
+      ? "zero3"
       : size === "gather" || size === "allGatherv" || size === "batch" || size === "anySource"
       ? size
       : "big";

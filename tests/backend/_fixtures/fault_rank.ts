@@ -2,7 +2,8 @@
  * A rank of the fault tests, started directly (not by the launcher, which would stop the others itself).
  * Modes (first argument):
  * - `loop`: all-reduce 16 MiB forever (1 KiB with a second argument `small`; DistributedDataParallel
- *   steps of three buckets with `ddp`, the same through the 1-bit hook with `ddp-1bit`; sends to rank 0,
+ *   steps of three buckets with `ddp`, the same through the 1-bit hook with `ddp-1bit`, ZeRO stage 3's
+ *   gathers and reduce-scatters with `zero3`; sends to rank 0,
  *   which receives from `ANY_SOURCE`, with `anySource`), printing `STARTED` once; the test kills one rank.
  * - `mismatch`: rank 1 makes a different call than the others (second argument: count | op | dtype |
  *   collective | algorithm | root | reduceRoot; rootEach: every rank names another root), with algorithm `FAULT_ALGORITHM` (default "ring"; "auto" runs
@@ -17,6 +18,7 @@ import { init } from "../../../backend/init.ts";
 import { ANY_SOURCE } from "../../../backend/process_group.ts";
 import { applyHostOf } from "../../_util/launched.ts";
 import { DistributedDataParallel, signCompressHook } from "../../../ddp/mod.ts";
+import { ShardedDataParallel } from "../../../zero/mod.ts";
 
 const [mode, variant = "count"] = Deno.args;
 // Hosts told apart by DCOMM_HOST_ID ("a,a,b,b": rank r's host), for the hybrid transport's case.
@@ -40,6 +42,23 @@ try {
         ddp.gradReady(i);
       }
       await ddp.synchronize();
+      if (step === 0) console.log("STARTED");
+    }
+  } else if (mode === "loop" && variant === "zero3") {
+    // ZeRO stage 3: every step gathers two layers of 1M parameters (the forward), then reduces them.
+    const sdp = await ShardedDataParallel.create(pg, [new Float32Array(1 << 20), new Float32Array(1 << 20)], {
+      stage: 3,
+      optimizer: { type: "sgd", lr: 0.1 },
+      layers: [[0], [1]],
+    });
+    for (let step = 0;; step++) {
+      for (const layer of [0, 1]) await sdp.gather(layer);
+      for (const layer of [1, 0]) {
+        sdp.grads(layer)[0].fill(1);
+        sdp.gradReady(layer);
+        sdp.release(layer);
+      }
+      await sdp.step();
       if (step === 0) console.log("STARTED");
     }
   } else if (mode === "loop" && (variant === "gather" || variant === "allGatherv")) {
