@@ -553,9 +553,16 @@ export interface ProcessGroup extends AsyncDisposable {
   broadcast(tensor: AnyTensor, options?: RootOptions): Work;
   /** Reduces every rank's `tensor` into the root's; other ranks' tensors are left unchanged. */
   reduce(tensor: AnyTensor, options?: RootReduceOptions): Work;
-  /** Concatenates every rank's `input` into `output` (size × input.length), in rank order. */
+  /**
+   * Concatenates every rank's `input` into `output` (size × input.length), in rank order. In place when
+   * `input` is this rank's block of `output` (a view of it), as NCCL's and torch's in-place all-gather.
+   */
   allGather(output: AnyTensor, input: AnyTensor, options?: CountsOptions): Work;
-  /** Reduces `input` (size × output.length) across ranks; rank r receives block r in `output`. */
+  /**
+   * Reduces `input` (size × output.length) across ranks; rank r receives block r in `output`. In place
+   * when `output` is this rank's block of `input` (a view of it; the cpu backend; the rest of `input` then
+   * holds partial sums).
+   */
   reduceScatter(output: AnyTensor, input: AnyTensor, options?: ReduceScatterOptions): Work;
   /** Block j of rank i's `input` lands in block i of rank j's `output` (equal blocks). */
   allToAll(output: AnyTensor, input: AnyTensor, options?: AllToAllOptions): Work;
