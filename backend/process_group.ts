@@ -560,8 +560,7 @@ export interface ProcessGroup extends AsyncDisposable {
   allGather(output: AnyTensor, input: AnyTensor, options?: CountsOptions): Work;
   /**
    * Reduces `input` (size × output.length) across ranks; rank r receives block r in `output`. In place
-   * when `output` is this rank's block of `input` (a view of it; the cpu backend; the rest of `input` then
-   * holds partial sums).
+   * when `output` is this rank's block of `input` (a view of it); the rest of `input` is then unspecified.
    */
   reduceScatter(output: AnyTensor, input: AnyTensor, options?: ReduceScatterOptions): Work;
   /** Block j of rank i's `input` lands in block i of rank j's `output` (equal blocks). */
