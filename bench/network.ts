@@ -32,12 +32,8 @@
 import { parseArgs } from "node:util";
 import { clusterUnavailable, createCluster, rateBytes, resultOf, runOnCluster } from "./cluster.ts";
 import { lineChart, scatterChart, type Series, shareChart, sizeLabel } from "./_svg.ts";
-import {
-  type CostConstants,
-  DEFAULT_SHM_CONSTANTS,
-  fitConstants,
-  type PingPongSample,
-} from "../sim/cost_model.ts";
+import { calibrate, type Fitted } from "./_fit.ts";
+import type { CostConstants } from "../sim/cost_model.ts";
 import { ALGORITHMS, predict } from "../collectives/mod.ts";
 
 const { values: flags } = parseArgs({
@@ -83,38 +79,6 @@ interface Row {
   seconds: number;
   predicted: number;
   busbw: number;
-}
-
-/** What the links give, fitted on the layout of a study run: between hosts, and within a host. */
-interface Fitted {
-  /** The constants between hosts; β per link (the measured per-rank β over the ranks sharing a link). */
-  tcp: CostConstants;
-  /** The constants of the shared-memory hops within a host, under the same load (one rank per host: the machine's). */
-  shm: CostConstants;
-  /** The calibration's samples (seconds per step by message size) they were fitted to. */
-  samples: { between: PingPongSample[]; within?: PingPongSample[] };
-}
-
-async function calibrate(rate: string, hosts: number, ranksPerHost: number): Promise<Fitted> {
-  const cluster = await createCluster({ hosts, rate, delay: DELAY });
-  try {
-    const args = [`${here}_calibrate_rank.ts`, "tcp", "ring"];
-    const runs = await runOnCluster(cluster, ranksPerHost, args, { timeoutMs: 300_000 });
-    const { samples, intra, gamma } = resultOf(
-      runs,
-      "CALIBRATION",
-      `Calibration at ${rate} on ${hosts} hosts × ${ranksPerHost}`,
-    ) as { samples: PingPongSample[]; intra?: PingPongSample[]; gamma: number };
-    const between = fitConstants(samples);
-    const within = intra ? fitConstants(intra) : DEFAULT_SHM_CONSTANTS;
-    return {
-      tcp: { alpha: between.alpha, beta: between.beta / ranksPerHost, gamma },
-      shm: { alpha: within.alpha, beta: within.beta, gamma },
-      samples: { between: samples, within: intra },
-    };
-  } finally {
-    await cluster.destroy();
-  }
 }
 
 async function study(
