@@ -112,6 +112,12 @@ export interface ZeroOptions {
   layers?: readonly (readonly number[])[];
   /** The size of a default layer, in MiB. @default 25 */
   bucketMb?: number;
+  /**
+   * Stages 2 and 3: the most MiB of whole-layer gradients in flight (taken, or reduce-scattering) before
+   * `gather()` waits for the oldest reduce-scatter to finish, so the backward pass's gradient memory stays
+   * bounded when the network is slower than the compute (DeepSpeed's `reduce_bucket_size`). @default 25
+   */
+  reduceBucketMb?: number;
   /** Stage 3: layers gathered ahead of the one asked for. @default 1 */
   prefetch?: number;
   /**
@@ -420,6 +426,9 @@ export class ShardedDataParallel implements AsyncDisposable {
   #bytesSent = 0;
   #collectives = 0;
   #lastGathered = -1;
+  #liveGradBytes = 0;
+  #gradCap: number;
+  #reducing: Layer[] = [];
   #direction = 1;
   #failure: unknown = undefined;
   #closed = false;
@@ -452,6 +461,7 @@ export class ShardedDataParallel implements AsyncDisposable {
     this.#weights = options.quantizeWeights ? { kind: "int8", blockSize: this.#blockSize } : { kind: "none" };
     this.#gradCodec = options.quantizeGradients ? "int8" : options.compression?.codec ?? "none";
     this.#timeoutMs = options.timeoutMs;
+    this.#gradCap = (options.reduceBucketMb ?? 25) * MIB;
     this.#kernels = { k, ck };
     this.#ok = ok;
     this.#layers = layouts.map((layout) => this.#makeLayer(layout));
@@ -498,6 +508,10 @@ export class ShardedDataParallel implements AsyncDisposable {
     const bucketMb = options.bucketMb ?? 25;
     if (!(typeof bucketMb === "number" && bucketMb > 0)) {
       fail(`Cannot shard: expected bucketMb > 0, found ${String(bucketMb)}`);
+    }
+    const reduceMb = options.reduceBucketMb ?? 25;
+    if (!(typeof reduceMb === "number" && reduceMb > 0)) {
+      fail(`Cannot shard: expected reduceBucketMb > 0, found ${String(reduceMb)}`);
     }
     const prefetch = options.prefetch ?? 1;
     if (!Number.isSafeInteger(prefetch) || prefetch < 0) {
@@ -754,7 +768,10 @@ export class ShardedDataParallel implements AsyncDisposable {
     }
     if (l.gradState === "idle") {
       if (l.grad) l.grad.fill(0);
-      else l.grad = this.#grads.take(l.layout.count, true);
+      else {
+        l.grad = this.#grads.take(l.layout.count, true);
+        this.#liveGradBytes += l.grad.byteLength;
+      }
       l.gradViews = views(l.grad, l.layout);
       l.gradState = "open";
     }
@@ -776,6 +793,7 @@ export class ShardedDataParallel implements AsyncDisposable {
     }
     if (l.gradState === "idle") this.grads(layer); // a layer without gradient this step: zeros
     l.gradState = "ready";
+    this.#reducing.push(l);
     l.reduce = this.#track(this.#reduceLayer(l));
   }
 
@@ -815,8 +833,17 @@ export class ShardedDataParallel implements AsyncDisposable {
     );
     if (this.stage > 1) {
       this.#grads.give(grad);
+      this.#liveGradBytes -= grad.byteLength;
       l.grad = undefined;
       l.gradViews = undefined;
+    }
+    this.#reducing.splice(this.#reducing.indexOf(l), 1);
+  }
+
+  /** Waits, oldest first, for reduce-scatters while the gradients in flight exceed the cap. */
+  async #throttle(): Promise<void> {
+    while (this.#liveGradBytes > this.#gradCap && this.#reducing.length > 0) {
+      await this.#reducing[0].reduce;
     }
   }
 
@@ -849,13 +876,16 @@ export class ShardedDataParallel implements AsyncDisposable {
 
   /**
    * Stage 3: gathers a layer's whole parameters (and starts gathering the next `prefetch` layers in the
-   * direction of the calls). Stages 1 and 2 hold every layer: it returns at once.
+   * direction of the calls). Stages 1 and 2 hold every layer. In stages 2 and 3 it first waits while the
+   * gradients in flight exceed `reduceBucketMb` (call it before each layer of the backward pass, as stage 3
+   * must, to keep their memory bounded).
    *
    * @param layer The layer.
    * @throws {DistError} If a gather fails (a peer died, a timeout).
    */
   async gather(layer: number): Promise<void> {
     const l = this.#layer(`gather layer ${layer}`, layer);
+    if (this.stage > 1) await this.#throttle();
     if (this.stage < 3) return;
     if (this.#lastGathered >= 0 && layer !== this.#lastGathered) {
       this.#direction = layer > this.#lastGathered ? 1 : -1;
