@@ -885,7 +885,8 @@ export class ShardedDataParallel implements AsyncDisposable {
    */
   async gather(layer: number): Promise<void> {
     const l = this.#layer(`gather layer ${layer}`, layer);
-    if (this.stage > 1) await this.#throttle();
+    // (No await unless it must wait: the gather then starts before this call returns.)
+    if (this.stage > 1 && this.#liveGradBytes > this.#gradCap) await this.#throttle();
     if (this.stage < 3) return;
     if (this.#lastGathered >= 0 && layer !== this.#lastGathered) {
       this.#direction = layer > this.#lastGathered ? 1 : -1;
