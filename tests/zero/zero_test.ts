@@ -76,9 +76,15 @@ for (const stage of [1, 2, 3] as const) {
   }
 }
 
-Deno.test("stage 3 prefetching two layers ahead, and default layers, still equal the reference", async () => {
+Deno.test("prefetching two layers ahead, default layers, and a tiny reduceBucketMb still equal the reference", async () => {
   for (
-    const options of [{ stage: 3, prefetch: 2 }, { stage: 3, layers: undefined, bucketMb: 0.001 }] as const
+    const options of [
+      { stage: 3, prefetch: 2 },
+      { stage: 3, layers: undefined, bucketMb: 0.001 },
+      // Every gather of the backward pass waits for the reduce-scatter before it.
+      { stage: 2, reduceBucketMb: 0.0001 },
+      { stage: 3, reduceBucketMb: 0.0001 },
+    ] as const
   ) {
     const results = await run(2, { scenario: "exact", options, steps: 2 });
     for (const r of results) assert.deepEqual(r.diffs, [null, null], JSON.stringify(options));
