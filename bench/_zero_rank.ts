@@ -6,7 +6,8 @@
  * For each: the bytes this rank holds by kind, the bytes it sent per step, and the step time (the median
  * of `--steps` after one warm-up, the slowest rank's). With `--overlap`, stage 3's step beside the
  * compute alone (every layer gathered first) and the gathers alone (two passes of gather and release).
- * Rank 0 prints `RESULT {json}`.
+ * With `--comm-only` no matrix product runs (a step is its communication and the optimizer). Rank 0
+ * prints `RESULT {json}`.
  *
  * @module
  */
@@ -27,6 +28,8 @@ const { values: flags } = parseArgs({
     steps: { type: "string", default: "5" },
     configs: { type: "string", default: "ddp,1,2,3,3+qwz+qgz" },
     overlap: { type: "boolean", default: false },
+    /** Skip the matrix products: a step is then its communication and the optimizer (the cluster's rows). */
+    "comm-only": { type: "boolean", default: false },
   },
 });
 const W = Number(flags.width), L = Number(flags.layers), B = Number(flags.batch), STEPS = Number(flags.steps);
@@ -56,8 +59,11 @@ function initialParams(): Float32Array[] {
   );
 }
 
+const COMPUTE = !flags["comm-only"];
+
 /** Layer l's forward: acts[l + 1] = relu(acts[l] · Wl + bl). */
 function forward(l: number, w: Float32Array, b: Float32Array): void {
+  if (!COMPUTE) return;
   const out = acts[l + 1];
   k.matmul(acts[l], w, { c: out, m: B, k: W, n: W });
   for (let r = 0; r < B; r++) for (let j = 0; j < W; j++) out[r * W + j] = Math.max(0, out[r * W + j] + b[j]);
@@ -65,6 +71,7 @@ function forward(l: number, w: Float32Array, b: Float32Array): void {
 
 /** Layer l's backward, with dh its output's gradient: its weight and bias gradients, and dh for l − 1. */
 function backward(l: number, w: Float32Array, gw: Float32Array, gb: Float32Array): void {
+  if (!COMPUTE) return;
   const out = acts[l + 1];
   for (let i = 0; i < dh.length; i++) if (out[i] <= 0) dh[i] = 0;
   k.matmul(acts[l], dh, { c: gw, m: W, k: B, n: W, transA: true, accumulate: true });
@@ -83,8 +90,26 @@ function lossGrad(): void {
 acts[0].set(x);
 const PSI = L * (W * W + W);
 
+/** Bytes this host's interfaces sent (its network namespace's, but loopback): the wire's count. */
+function netTx(): number {
+  let total = 0;
+  for (const e of Deno.readDirSync("/sys/class/net")) {
+    if (e.name === "lo") continue;
+    try {
+      total += Number(Deno.readTextFileSync(`/sys/class/net/${e.name}/statistics/tx_bytes`));
+    } catch {
+      // an interface that went away
+    }
+  }
+  return total;
+}
+
 interface Row {
   config: string;
+  /** Bytes this host's interfaces sent per step (every rank of the host together). */
+  wirePerStep: number;
+  /** Milliseconds of codec kernels per step (the slowest rank's median). */
+  codecMs: number;
   params: number;
   grads: number;
   optimizer: number;
@@ -108,9 +133,10 @@ async function runDdp(): Promise<Row> {
   await using ddp = await DistributedDataParallel.create(pg, params);
   const m = params.map((p) => new Float32Array(p.length)), v = params.map((p) => new Float32Array(p.length));
   const times: number[] = [], waits: number[] = [];
-  let bytes = 0;
+  let bytes = 0, tx = 0;
   for (let s = 0; s <= STEPS; s++) {
     await pg.barrier();
+    if (s === 1) tx = netTx();
     const t = performance.now();
     for (let l = 0; l < L; l++) forward(l, params[2 * l], params[2 * l + 1]);
     lossGrad();
@@ -129,8 +155,12 @@ async function runDdp(): Promise<Row> {
       bytes = report.bytesSent;
     }
   }
+  await pg.barrier();
+  const wirePerStep = (netTx() - tx) / STEPS;
   return {
     config: "ddp",
+    wirePerStep,
+    codecMs: 0,
     params: 4 * PSI,
     grads: 4 * PSI,
     optimizer: 8 * PSI,
@@ -161,7 +191,9 @@ function optionsOf(config: string): ZeroOptions {
   };
 }
 
-async function zeroStep(sdp: ShardedDataParallel): Promise<{ bytes: number; waitMs: number }> {
+async function zeroStep(
+  sdp: ShardedDataParallel,
+): Promise<{ bytes: number; waitMs: number; codecMs: number }> {
   for (let l = 0; l < L; l++) {
     await sdp.gather(l);
     const [w, b] = sdp.params(l);
@@ -177,26 +209,32 @@ async function zeroStep(sdp: ShardedDataParallel): Promise<{ bytes: number; wait
     sdp.release(l);
   }
   const report = await sdp.step();
-  return { bytes: report.bytesSent, waitMs: report.waitMs };
+  return { bytes: report.bytesSent, waitMs: report.waitMs, codecMs: report.codecMs };
 }
 
 async function runZero(config: string): Promise<Row> {
   await using sdp = await ShardedDataParallel.create(pg, initialParams(), optionsOf(config));
-  const times: number[] = [], waits: number[] = [];
-  let bytes = 0;
+  const times: number[] = [], waits: number[] = [], codec: number[] = [];
+  let bytes = 0, tx = 0;
   for (let s = 0; s <= STEPS; s++) {
     await pg.barrier();
+    if (s === 1) tx = netTx();
     const t = performance.now();
     const r = await zeroStep(sdp);
     if (s > 0) {
       times.push(performance.now() - t);
       waits.push(r.waitMs);
+      codec.push(r.codecMs);
       bytes = r.bytes;
     }
   }
+  await pg.barrier();
+  const wirePerStep = (netTx() - tx) / STEPS;
   const memory = sdp.memory();
   return {
     config,
+    wirePerStep,
+    codecMs: await slowest(pg, median(codec)),
     ...memory,
     bytesPerStep: bytes,
     stepMs: await slowest(pg, median(times)),

@@ -128,6 +128,8 @@ function decodeAdd(
 export interface PieceReport {
   /** Payload bytes this rank sent. */
   bytesSent: number;
+  /** Milliseconds the codec's kernels ran on the calling thread (encoding and decoding). */
+  codecMs?: number;
 }
 
 const sent = (r: WorkReport | undefined): number => r?.bytesSent ?? 0;
@@ -157,6 +159,7 @@ export async function reduceScatterPieces(
   const sendCounts = counts.map((c) => pieceBytes(codec, c));
   const send = new Uint8Array(sendCounts.reduce((a, b) => a + b, 0));
   const residual = codec.kind === "int8" ? undefined : codec.residual;
+  const t0 = performance.now();
   let at = 0;
   for (let j = 0; j < g; j++) {
     const piece = input.subarray(starts[j], starts[j] + counts[j]);
@@ -165,15 +168,17 @@ export async function reduceScatterPieces(
   }
   const mine = sendCounts[me];
   const recv = new Uint8Array(g * mine);
+  const encodeMs = performance.now() - t0;
   const report = await group.allToAll(recv, send, {
     sendCounts,
     recvCounts: Array(g).fill(mine),
     timeoutMs,
   }).wait();
+  const t1 = performance.now();
   output.fill(0);
   for (let i = 0; i < g; i++) decodeAdd(kernels, codec, recv, i * mine, output);
   if (output.length > 0) kernels.k.scale(output, 1 / g);
-  return { bytesSent: sent(report) };
+  return { bytesSent: sent(report), codecMs: encodeMs + performance.now() - t1 };
 }
 
 /**
@@ -202,15 +207,18 @@ export async function allGatherPieces(
   const all = new Uint8Array(bytes.reduce((a, b) => a + b, 0));
   const byteStarts = startsOf(bytes);
   const mine = all.subarray(byteStarts[me], byteStarts[me] + bytes[me]);
+  const t0 = performance.now();
   encode(kernels, codec, input, undefined, mine, 0);
+  const encodeMs = performance.now() - t0;
   let report: WorkReport | undefined;
   if (group.size > 1) {
     report = await group.allGather(all, mine, { counts: bytes, timeoutMs }).wait();
   }
+  const t1 = performance.now();
   for (let r = 0; r < group.size; r++) {
     const dst = output.subarray(starts[r], starts[r] + counts[r]);
     dst.fill(0);
     decodeAdd(kernels, codec, all, byteStarts[r], dst);
   }
-  return { bytesSent: sent(report) };
+  return { bytesSent: sent(report), codecMs: encodeMs + performance.now() - t1 };
 }

@@ -123,7 +123,10 @@ export interface ZeroOptions {
   /**
    * hpZ: shard within each host and across hosts (the ranks of every host the same count). `true` finds
    * the hosts by their identity (as the cpu backend does: boot id and network namespace, or
-   * `DCOMM_HOST_ID`); `{ hosts }` gives each group rank's host number. @default false
+   * `DCOMM_HOST_ID`); `{ hosts }` gives each group rank's host number. The trainer's collectives then span
+   * two sub-groups of its own, and run one operation after another in call order, so that every rank issues
+   * them in the same order: run no collective of your own on these ranks while a gather, a gradient's
+   * reduction or a step of the trainer is in flight (after `step()` returns, none is). @default false
    */
   hierarchical?: boolean | { readonly hosts: readonly number[] };
   /** qwZ: parameters all-gathered as int8 with one scale per `blockSize`. @default none */
@@ -203,6 +206,8 @@ export interface ZeroStepReport {
   readonly waitMs: number;
   /** Milliseconds the optimizer ran. */
   readonly optimizerMs: number;
+  /** Milliseconds the codecs (qwZ, qgZ, `compression`) ran on this thread since the previous step. */
+  readonly codecMs: number;
 }
 
 /**
@@ -424,11 +429,13 @@ export class ShardedDataParallel implements AsyncDisposable {
   #params = new BufferPool();
   #grads = new BufferPool();
   #bytesSent = 0;
+  #codecMs = 0;
   #collectives = 0;
   #lastGathered = -1;
   #liveGradBytes = 0;
   #gradCap: number;
   #reducing: Layer[] = [];
+  #sequence: Promise<void> = Promise.resolve();
   #direction = 1;
   #failure: unknown = undefined;
   #closed = false;
@@ -794,7 +801,7 @@ export class ShardedDataParallel implements AsyncDisposable {
     if (l.gradState === "idle") this.grads(layer); // a layer without gradient this step: zeros
     l.gradState = "ready";
     this.#reducing.push(l);
-    l.reduce = this.#track(this.#reduceLayer(l));
+    l.reduce = this.#track(this.#issue(() => this.#reduceLayer(l)));
   }
 
   async #reduceLayer(l: Layer): Promise<void> {
@@ -860,10 +867,25 @@ export class ShardedDataParallel implements AsyncDisposable {
     }
   }
 
-  async #run(p: Promise<{ bytesSent: number }>): Promise<void> {
+  async #run(p: Promise<{ bytesSent: number; codecMs?: number }>): Promise<void> {
     const r = await p;
     this.#bytesSent += r.bytesSent;
+    this.#codecMs += r.codecMs ?? 0;
     this.#collectives++;
+  }
+
+  /**
+   * Runs an operation of the trainer's collectives. With the hierarchy they span two groups (the host's,
+   * then the one across hosts), and a rank's calls run one after another in the order they were issued,
+   * whatever their group: the operations must then be issued in the same order on every rank, so each
+   * starts when the one before it has ended, in call order (which is the same on every rank). Without
+   * it every operation is one call on one group, issued at once.
+   */
+  #issue(op: () => Promise<void>): Promise<void> {
+    if (this.#host === undefined) return op();
+    const p = this.#sequence.then(op);
+    this.#sequence = p.catch(() => {});
+    return p;
   }
 
   /** Remembers the first failure of a background collective, so later calls report it. */
@@ -906,16 +928,18 @@ export class ShardedDataParallel implements AsyncDisposable {
     l.full = full;
     l.paramViews = undefined;
     const work = this.#host
-      ? this.#run(
-        allGatherPieces(
-          this.#host,
-          l.secondary as Float32Array,
-          full,
-          l.layout.blocks,
-          { kind: "none" },
-          this.#kernels,
-          this.#timeoutMs,
-        ),
+      ? this.#issue(() =>
+        this.#run(
+          allGatherPieces(
+            this.#host as ProcessGroup,
+            l.secondary as Float32Array,
+            full,
+            l.layout.blocks,
+            { kind: "none" },
+            this.#kernels,
+            this.#timeoutMs,
+          ),
+        )
       )
       : this.#run(
         allGatherPieces(
@@ -990,8 +1014,8 @@ export class ShardedDataParallel implements AsyncDisposable {
     for (const l of this.#layers) {
       l.gradState = "idle";
       l.reduce = undefined;
-      if (this.stage < 3) gathers.push(this.#track(this.#refresh(l)));
-      else if (this.#host) gathers.push(this.#track(this.#refreshSecondary(l)));
+      if (this.stage < 3) gathers.push(this.#track(this.#issue(() => this.#refresh(l))));
+      else if (this.#host) gathers.push(this.#track(this.#issue(() => this.#refreshSecondary(l))));
     }
     await Promise.all(gathers);
     const report: ZeroStepReport = {
@@ -1000,8 +1024,10 @@ export class ShardedDataParallel implements AsyncDisposable {
       collectives: this.#collectives,
       waitMs: t1 - t0,
       optimizerMs: t2 - t1,
+      codecMs: this.#codecMs,
     };
     this.#bytesSent = 0;
+    this.#codecMs = 0;
     this.#collectives = 0;
     return report;
   }
@@ -1250,10 +1276,10 @@ export class ShardedDataParallel implements AsyncDisposable {
     this.#step = list[0].step;
     const work: Promise<void>[] = [];
     for (const l of this.#layers) {
-      if (this.stage < 3) work.push(this.#refresh(l));
+      if (this.stage < 3) work.push(this.#issue(() => this.#refresh(l)));
       else {
         if (l.gather) fail(`Cannot load a state: layer ${l.layout.index} is gathered; release it first`);
-        if (this.#host) work.push(this.#refreshSecondary(l));
+        if (this.#host) work.push(this.#issue(() => this.#refreshSecondary(l)));
       }
     }
     await Promise.all(work);
