@@ -59,7 +59,7 @@ function initialParams(): Float32Array[] {
   );
 }
 
-const COMPUTE = !flags["comm-only"];
+let COMPUTE = !flags["comm-only"];
 
 /** Layer l's forward: acts[l + 1] = relu(acts[l] · Wl + bl). */
 function forward(l: number, w: Float32Array, b: Float32Array): void {
@@ -242,35 +242,51 @@ async function runZero(config: string): Promise<Row> {
   };
 }
 
-/** Stage 3's compute alone and gathers alone, per step, the slowest rank's median. */
-async function overlap(): Promise<{ computeMs: number; gathersMs: number }> {
-  await using sdp = await ShardedDataParallel.create(pg, initialParams(), optionsOf("3"));
-  const gw = new Float32Array(W * W), gb = new Float32Array(W);
-  for (let l = 0; l < L; l++) await sdp.gather(l);
-  const compute: number[] = [];
-  for (let s = 0; s <= STEPS; s++) {
-    const t = performance.now();
-    for (let l = 0; l < L; l++) forward(l, ...sdp.params(l) as [Float32Array, Float32Array]);
-    lossGrad();
-    for (let l = L - 1; l >= 0; l--) backward(l, sdp.params(l)[0], gw, gb);
-    if (s > 0) compute.push(performance.now() - t);
-  }
-  for (let l = 0; l < L; l++) sdp.release(l);
-  const gathers: number[] = [];
+/** Per step, the slowest rank's median of `STEPS` after a warm-up of `fn`. */
+async function timed(fn: () => Promise<unknown>): Promise<number> {
+  const times: number[] = [];
   for (let s = 0; s <= STEPS; s++) {
     await pg.barrier();
     const t = performance.now();
+    await fn();
+    if (s > 0) times.push(performance.now() - t);
+  }
+  return await slowest(pg, median(times));
+}
+
+/**
+ * Stage 3 apart and together: the compute alone (every layer gathered first), the gathers alone (two
+ * passes of gather and release), the communication alone (a whole step without the matrix products:
+ * gathers, reduce-scatters, optimizer), and the step, with prefetch 1 and 0.
+ */
+async function overlap(): Promise<Record<string, number>> {
+  await using sdp = await ShardedDataParallel.create(pg, initialParams(), optionsOf("3"));
+  await using noPrefetch = await ShardedDataParallel.create(pg, initialParams(), optionsOf("3+p0"));
+  const gw = new Float32Array(W * W), gb = new Float32Array(W);
+  for (let l = 0; l < L; l++) await sdp.gather(l);
+  const computeMs = await timed(() => {
+    for (let l = 0; l < L; l++) forward(l, ...sdp.params(l) as [Float32Array, Float32Array]);
+    lossGrad();
+    for (let l = L - 1; l >= 0; l--) backward(l, sdp.params(l)[0], gw, gb);
+    return Promise.resolve();
+  });
+  for (let l = 0; l < L; l++) sdp.release(l);
+  const gathersMs = await timed(async () => {
     for (const l of [...Array(L).keys(), ...[...Array(L).keys()].reverse()]) {
       await sdp.gather(l);
       sdp.release(l);
     }
-    if (s > 0) gathers.push(performance.now() - t);
-  }
-  return { computeMs: await slowest(pg, median(compute)), gathersMs: await slowest(pg, median(gathers)) };
+  });
+  COMPUTE = false;
+  const commMs = await timed(() => zeroStep(sdp));
+  COMPUTE = true;
+  const stepMs = await timed(() => zeroStep(sdp));
+  const noPrefetchMs = await timed(() => zeroStep(noPrefetch));
+  return { computeMs, gathersMs, commMs, stepMs, noPrefetchMs };
 }
 
 const rows: Row[] = [];
-for (const config of flags.configs.split(",")) {
+for (const config of flags.configs ? flags.configs.split(",") : []) {
   rows.push(config === "ddp" ? await runDdp() : await runZero(config));
   if (pg.rank === 0) console.error(`${pg.size} ranks, ${config}: ${rows.at(-1)?.stepMs.toFixed(1)} ms/step`);
 }
