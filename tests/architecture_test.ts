@@ -27,7 +27,7 @@ export const MAY_IMPORT: Readonly<Record<string, readonly string[]>> = {
   backend: ["core", "wasm", "ffi", "store", "transport", "collectives", "sim", "gpu"],
   ddp: ["core", "backend", "wasm"],
   zero: ["core", "backend", "wasm"],
-  tfjs: ["core", "backend", "ddp"],
+  tfjs: ["core", "backend", "ddp", "zero"],
   cli: ["core", "wasm", "ffi", "store", "gpu", "backend"],
 };
 

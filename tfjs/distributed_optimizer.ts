@@ -69,6 +69,19 @@ import {
   type Variable,
 } from "./_tf_types.ts";
 
+/** What the fit callback asks of one of dcomm's optimizers (marked by {@linkcode FIT_SYNCED}). */
+export interface FitSynced {
+  /** Whether its layout exists. */
+  readonly built: boolean;
+  /** Makes its layout from the model. */
+  build(model: tf.LayersModel): Promise<void>;
+  /** Waits for the last step's update. */
+  synchronize(): Promise<unknown>;
+}
+
+/** The key that marks an optimizer the fit callback builds and synchronizes. */
+export const FIT_SYNCED: unique symbol = Symbol("dcomm: fit-synced optimizer");
+
 /**
  * Options of {@linkcode DistributedOptimizer}.
  *
@@ -277,6 +290,8 @@ export class DistributedOptimizer extends Optimizer {
   #last: OptimizerStepReport | undefined;
   #learningRate: number | undefined;
   #closed = false;
+  /** Marks it for the fit callback. */
+  readonly [FIT_SYNCED] = true;
 
   /**
    * Wraps `optimizer`. Every rank of `pg` makes one alike (same hook, bucket sizes and passes per step) and
@@ -733,9 +748,9 @@ export class DistributedOptimizer extends Optimizer {
  * records the model being fit, for dcomm's callbacks when tfjs wrapped them (see callbacks.ts).
  */
 class FitSync extends tf.Callback {
-  #optimizer(): DistributedOptimizer | undefined {
+  #optimizer(): FitSynced | undefined {
     const o = (this.model as { optimizer?: unknown } | undefined)?.optimizer;
-    return o instanceof DistributedOptimizer ? o : undefined;
+    return typeof o === "object" && o !== null && FIT_SYNCED in o ? o as unknown as FitSynced : undefined;
   }
 
   override setModel(model: tf.LayersModel): void {
@@ -792,7 +807,8 @@ function describe(v: unknown): string {
 }
 
 /** The gradients of a call, by name, `null` where missing. */
-function gradientsOf(g: tf.NamedTensorMap | NamedWeight[]): Map<string, tf.Tensor | null> {
+/** (Shared with `sharded_optimizer.ts`.) */
+export function gradientsOf(g: tf.NamedTensorMap | NamedWeight[]): Map<string, tf.Tensor | null> {
   const map = new Map<string, tf.Tensor | null>();
   if (Array.isArray(g)) { for (const { name, tensor } of g) map.set(name, tensor ?? null); }
   else if (typeof g === "object" && g !== null) {
@@ -804,7 +820,8 @@ function gradientsOf(g: tf.NamedTensorMap | NamedWeight[]): Map<string, tf.Tenso
 }
 
 /** The float32 values of a gradient (the tensor's own data on the cpu backend: read, never written). */
-function checkGradient(name: string, g: tf.Tensor): Float32Array {
+/** (Shared with `sharded_optimizer.ts`.) */
+export function checkGradient(name: string, g: tf.Tensor): Float32Array {
   if (!(g instanceof tf.Tensor) || g.dtype !== "float32") {
     throw new TypeError(
       `Cannot apply the gradient of ${name}: expected a float32 tf.Tensor, found ${describe(g)}`,
@@ -827,7 +844,8 @@ function namedVariables(given: ReadonlyMap<string, tf.Tensor | null>): tf.Variab
   return out;
 }
 
-function variablesOf(source: VariableSource): tf.Variable[] {
+/** (Shared with `sharded_optimizer.ts`.) */
+export function variablesOf(source: VariableSource): tf.Variable[] {
   const list = Array.isArray(source)
     ? source as readonly (tf.Variable | { read(): tf.Tensor })[]
     : (source as { trainableWeights?: readonly { read(): tf.Tensor }[] }).trainableWeights;

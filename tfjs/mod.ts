@@ -61,3 +61,4 @@ export {
   metricAverage,
 } from "./callbacks.ts";
 export { shard, shardDataset, type ShardOptions } from "./shard.ts";
+export { ShardedOptimizer, type ShardedOptimizerOptions } from "./sharded_optimizer.ts";
