@@ -76,6 +76,7 @@ export {
   LibraryNotFoundError,
   MismatchError,
   NcclError,
+  RevokedError,
   StoreError,
   TimeoutError,
   TransportError,

@@ -621,6 +621,30 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
   abstract release(tensor: TypedArray): void;
   abstract close(): Promise<void>;
 
+  revoke(reason: string = "revoked"): void {
+    if (typeof reason !== "string") {
+      throw new TypeError(`Cannot revoke: expected a reason string, found ${typeof reason}`);
+    }
+    this.revokeGroup(reason);
+  }
+
+  /**
+   * Revokes the group (see `ProcessGroup.revoke`); a backend that can overrides it.
+   *
+   * @param _reason Why.
+   * @throws {UnsupportedError} Here: this backend cannot.
+   */
+  protected revokeGroup(_reason: string): void {
+    throw new UnsupportedError(
+      `Cannot revoke a group of the ${this.backend} backend: ${this.revokeUnsupported}`,
+    );
+  }
+
+  /** Why this backend cannot revoke a group. */
+  protected get revokeUnsupported(): string {
+    return "not supported";
+  }
+
   [Symbol.asyncDispose](): Promise<void> {
     return this.close();
   }

@@ -811,6 +811,27 @@ export interface ProcessGroup extends AsyncDisposable {
    * @returns The dump.
    */
   dump(): FlightDump;
+  /**
+   * Revokes the group: every call of it in flight or queued fails at once with a `RevokedError` on this
+   * rank, the other ranks learn it as they learn of an abort (their calls fail with the same error, naming
+   * this rank and `reason`), and every later call fails with it too. On the cpu backend the groups of a
+   * world share its transport, so every group of the world is revoked with it. The mpi backend cannot
+   * (MPICH 4.0 has no ULFM) and the nccl backend does not yet: both throw an `UnsupportedError`.
+   *
+   * @example A revoked group refuses every call
+   * ```ts
+   * import { init, RevokedError } from "@dcomm/dcomm";
+   * import assert from "node:assert/strict";
+   * await using pg = await init({ rank: 0, worldSize: 1, env: {} });
+   * pg.revoke("a rank is gone");
+   * await assert.rejects(pg.barrier().wait(), (e) => e instanceof RevokedError && /a rank is gone/.test(e.message));
+   * ```
+   *
+   * @param reason Why, for the errors. @default "revoked"
+   * @throws {UnsupportedError} On the mpi and nccl backends.
+   * @throws {DistError} If the group is closed.
+   */
+  revoke(reason?: string): void;
   /** Closes the group (for the world group: the whole backend). */
   close(): Promise<void>;
 }

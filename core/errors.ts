@@ -154,6 +154,31 @@ export class MismatchError extends DistError {
 }
 
 /**
+ * The group was revoked (`pg.revoke()`, on this rank or another): every call in flight or queued, and every
+ * later one, fails with it, on every rank. Make the group to go on with by `shrink()`.
+ *
+ * @example
+ * ```ts
+ * import { DistError, RevokedError } from "@dcomm/dcomm";
+ * import assert from "node:assert/strict";
+ * const error = new RevokedError("Group 0 revoked by rank 2: a rank died");
+ * assert.ok(error instanceof DistError);
+ * assert.deepEqual([error.name, error.code], ["RevokedError", "REVOKED"]);
+ * ```
+ */
+export class RevokedError extends DistError {
+  /**
+   * Creates the error.
+   *
+   * @param message Which rank revoked the group, and why.
+   * @param options The cause.
+   */
+  constructor(message: string, options: DistErrorOptions = {}) {
+    super(message, { code: "REVOKED", ...options });
+  }
+}
+
+/**
  * The rendezvous store refused a request or could not be reached.
  *
  * @example Using a closed store

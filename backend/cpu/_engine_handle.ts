@@ -154,6 +154,18 @@ export class EngineHandle {
     });
   }
 
+  /**
+   * Revokes the world: fails it with `error` (see {@linkcode EngineHandle.fail}) and every call pending on
+   * this rank at once, without waiting for the Worker to report them.
+   *
+   * @param error The RevokedError.
+   */
+  revoke(error: Error): void {
+    this.fail(error);
+    this.#failure = error;
+    this.#failAll(error);
+  }
+
   /** The error the engine failed with, if any. */
   get failure(): Error | undefined {
     return this.#failure;

@@ -12,7 +12,7 @@ import { pinBuffer } from "../_pin.ts";
 import { checkGroupRanks } from "../_checks.ts";
 import type { DType, ReduceOp, TypedArray } from "../../core/dtype.ts";
 import { epochNowMs } from "../../ffi/libc/libc.ts";
-import { DistError } from "../../core/errors.ts";
+import { DistError, RevokedError } from "../../core/errors.ts";
 import type { AllocOptions, AnyTensor, GroupOptions, ProcessGroup } from "../process_group.ts";
 import { type CallRecord, GroupFront } from "../_front.ts";
 import type { MonitorStore } from "../_monitored_barrier.ts";
@@ -27,6 +27,7 @@ import type { SegmentState } from "../../collectives/segment_context.ts";
 import { allocOrdinary, checkAlloc, releaseOrdinary, tensorOver } from "../_alloc.ts";
 import { ALGORITHM_NAMES, checkAlgorithm } from "./_dispatch.ts";
 import type { EngineHandle } from "./_engine_handle.ts";
+import { peerRevoked, revokeMessage } from "./_revoked.ts";
 import type { Kernels } from "../../wasm/kernels.ts";
 import { groupUsesSegment, inputOf, outputOf, route, type RoutedCall, type RouteSite } from "./_route.ts";
 
@@ -200,6 +201,12 @@ export class CpuProcessGroup extends GroupFront {
     );
   }
 
+  /** The world's transport aborted with a RevokedError, which every rank's calls then fail with. */
+  protected override revokeGroup(reason: string): void {
+    if (this.isClosed) throw new DistError("Cannot revoke: the process group is closed");
+    this.#engine.revoke(new RevokedError(revokeMessage(this.#id, this.ranks[this.rank], reason)));
+  }
+
   async close(): Promise<void> {
     if (this.#closed || this.#id !== 0) return;
     this.#closed = true;
@@ -223,6 +230,8 @@ export class CpuProcessGroup extends GroupFront {
   }
 
   protected execute(call: CallRecord): Work {
+    const failure = this.#engine.failure;
+    if (failure instanceof RevokedError) return new Work(Promise.reject(failure));
     if (call.op === "premulSum") {
       // This rank's input scaled on this thread, then a sum (see ../_premul.ts).
       const premul = premulAsSum(call, this.#engine.kernels as Kernels, this.rank);
@@ -363,7 +372,8 @@ export class CpuProcessGroup extends GroupFront {
         : exec.resume(segmentCall, resumed.number, resumed.state);
       if (run.spin(engine.inlineSpinMs)) return doneWork(run.report(engine.transport));
     } catch (e) {
-      const error = e instanceof Error ? e : new DistError(String(e));
+      const thrown = e instanceof Error ? e : new DistError(String(e));
+      const error = peerRevoked(thrown) ?? thrown;
       engine.fail(error);
       return new Work(Promise.reject(error));
     }
@@ -429,7 +439,8 @@ export class CpuProcessGroup extends GroupFront {
         }));
       }
     } catch (e) {
-      const error = e instanceof Error ? e : new DistError(String(e));
+      const thrown = e instanceof Error ? e : new DistError(String(e));
+      const error = peerRevoked(thrown) ?? thrown;
       engine.fail(error);
       return new Work(Promise.reject(error));
     }

@@ -18,6 +18,7 @@ import { phaseMark, phasesOn, phasesSince } from "../../core/phases.ts";
 import { heartbeatBusy } from "./_heartbeat.ts";
 import { dtypeSize } from "../../core/dtype.ts";
 import { DistError, MismatchError, TransportError } from "../../core/errors.ts";
+import { peerRevoked } from "./_revoked.ts";
 import type { Transport } from "../../transport/transport.ts";
 import type { WorkReport } from "../work.ts";
 import { modelBytes, resolveAlgorithm } from "./_dispatch.ts";
@@ -194,7 +195,7 @@ export class Engine {
 
   #fail(thrown: Error): void {
     if (this.#failure) return;
-    const error = peerMismatch(thrown) ?? thrown;
+    const error = peerMismatch(thrown) ?? peerRevoked(thrown) ?? thrown;
     this.#failure = error;
     this.#segment?.segment.abort(error.message);
     this.#transport.abort(error);

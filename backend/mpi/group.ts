@@ -234,6 +234,11 @@ export class MpiProcessGroup extends GroupFront {
     return `the mpi group of ${this.#who}`;
   }
 
+  /** MPI_Comm_revoke is ULFM's (MPIX_Comm_revoke), which MPICH 4.0 does not build. */
+  protected override get revokeUnsupported(): string {
+    return "MPI has no revoke without ULFM (MPIX_Comm_revoke), which MPICH 4.0 does not have";
+  }
+
   protected checkAlgorithm(collective: Collective, name: string): void {
     if (name === "mpi") return;
     throw new UnsupportedError(

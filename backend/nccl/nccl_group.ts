@@ -327,6 +327,11 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
   }
 
   /** @internal Refuses every algorithm name but `"nccl"` (and `"auto"`, which the front lets through). */
+  /** ncclCommRevoke (NCCL 2.28.7) is not bound yet. */
+  protected override get revokeUnsupported(): string {
+    return "ncclCommRevoke (NCCL 2.28.7) is not bound yet";
+  }
+
   protected checkAlgorithm(collective: Collective, name: string): void {
     if (name === "nccl") return;
     throw new UnsupportedError(

@@ -162,9 +162,23 @@ gatedTest("the cpu, mpi and nccl groups refuse the same bad calls with the same 
   const { algorithm: a2, commDtype: c2, compression: z2, bitwise: b2, ...mpiAll } = mpi.errors;
   const { algorithm: a3, commDtype: c3, compression: z3, bitwise: b3, ...ncclAll } = nccl.errors;
   // A receive from any rank: cpu and mpi have one (a world of one has no other rank); NCCL has none.
-  const { anySource: s1, anySourceBatch: sb1, ...cpuRest } = cpuAll;
-  const { anySource: s2, anySourceBatch: sb2, ...mpiRest } = mpiAll;
-  const { anySource: s3, anySourceBatch: sb3, ...ncclRest } = ncclAll;
+  const { anySource: s1, anySourceBatch: sb1, revoke: r1, afterRevoke: ar1, ...cpuRest } = cpuAll;
+  const { anySource: s2, anySourceBatch: sb2, revoke: r2, afterRevoke: ar2, ...mpiRest } = mpiAll;
+  const { anySource: s3, anySourceBatch: sb3, revoke: r3, afterRevoke: ar3, ...ncclRest } = ncclAll;
+  // Revoking: the cpu backend does (the next call fails with the RevokedError); MPICH and the nccl backend
+  // refuse, saying why, and the group goes on.
+  assert.deepEqual([r1, ar1], ["no error", "RevokedError: Group 0 revoked by rank 0: the test's"]);
+  assert.deepEqual([r2, ar2], [
+    "UnsupportedError: Cannot revoke a group of the mpi backend: MPI has no revoke without ULFM " +
+    "(MPIX_Comm_revoke), which MPICH 4.0 does not have",
+    "no error",
+  ]);
+  assert.equal(
+    r3,
+    "UnsupportedError: Cannot revoke a group of the nccl backend: ncclCommRevoke (NCCL 2.28.7) is not bound yet",
+  );
+  assert.doesNotMatch(ar3, /Revoked/); // (a barrier without a GPU fails as it did before)
+  assert.equal(cpu.errors.revokeBad, "TypeError: Cannot revoke: expected a reason string, found number");
   assert.equal(s1, "RangeError: Cannot recv from ANY_SOURCE: the group has no rank but this one");
   assert.equal(
     sb1,

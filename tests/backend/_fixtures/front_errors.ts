@@ -110,6 +110,10 @@ const errors: Record<string, string> = {
   // A valid call the nccl backend cannot run (NCCL has no bitwise ops): refused there, run elsewhere.
   bitwise: await answer(() => pg.allReduce(new Int32Array(2), { op: "bxor" })),
 };
+// Last, since it ends the group: cpu revokes (and the next call says so), mpi and nccl refuse.
+errors.revokeBad = await answer(() => pg.revoke(7 as never));
+errors.revoke = await answer(() => pg.revoke("the test's"));
+errors.afterRevoke = await answer(() => pg.barrier());
 await pg.close();
 const afterClose: Record<string, string> = {
   allReduce: await answer(() => pg.allReduce(f)),
