@@ -58,6 +58,7 @@ export type {
   ReduceScatterOptions,
   RootOptions,
   RootReduceOptions,
+  ShrinkOptions,
   SplitOptions,
   Tensor,
 } from "./backend/process_group.ts";

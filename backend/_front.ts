@@ -43,6 +43,7 @@ import {
   type ReduceScatterOptions,
   type RootOptions,
   type RootReduceOptions,
+  type ShrinkOptions,
   type SplitOptions,
 } from "./process_group.ts";
 import { Work } from "./work.ts";
@@ -636,12 +637,20 @@ export abstract class GroupFront<W extends Work = Work> implements ProcessGroup 
    */
   protected revokeGroup(_reason: string): void {
     throw new UnsupportedError(
-      `Cannot revoke a group of the ${this.backend} backend: ${this.revokeUnsupported}`,
+      `Cannot revoke a group of the ${this.backend} backend: ${this.faultToleranceUnsupported}`,
     );
   }
 
-  /** Why this backend cannot revoke a group. */
-  protected get revokeUnsupported(): string {
+  shrink(_options?: ShrinkOptions): Promise<ProcessGroup> {
+    return Promise.reject(
+      new UnsupportedError(
+        `Cannot shrink a group of the ${this.backend} backend: ${this.faultToleranceUnsupported}`,
+      ),
+    );
+  }
+
+  /** Why this backend cannot revoke or shrink a group. */
+  protected get faultToleranceUnsupported(): string {
     return "not supported";
   }
 

@@ -523,6 +523,27 @@ export interface GroupOptions {
 }
 
 /**
+ * Options of `shrink()`.
+ *
+ * @example Leave rank 3 out, wait at most 2 s for the others
+ * ```ts
+ * import type { ShrinkOptions } from "@dcomm/dcomm";
+ * const options: ShrinkOptions = { exclude: [3], windowMs: 2_000 };
+ * ```
+ */
+export interface ShrinkOptions {
+  /** Ranks (of this group) to leave out, alive or not. @default none */
+  exclude?: readonly number[];
+  /**
+   * How long to wait for the other ranks to call `shrink()`: those that have not by then are left out.
+   * @default 5000, or the group's timeout if smaller
+   */
+  windowMs?: number;
+  /** The new world's default timeout. @default this group's */
+  timeoutMs?: number;
+}
+
+/**
  * A group of ranks that run collectives together.
  *
  * @example Averaging gradients with any backend's group
@@ -832,6 +853,30 @@ export interface ProcessGroup extends AsyncDisposable {
    * @throws {DistError} If the group is closed.
    */
   revoke(reason?: string): void;
+  /**
+   * A new world of the ranks still here: every surviving rank calls it (after a failure, or a `revoke()`),
+   * the ranks that do within `windowMs` (less those in `exclude`, and any the failure names as dead) form
+   * it, numbered in their old order, through the store, in bounded time. The group itself stays as it was
+   * (failed): close it when done. cpu backend, world group, over TCP, shared memory or hybrid; the mpi and
+   * nccl backends throw an `UnsupportedError`.
+   *
+   * @example A world of one shrinks to itself
+   * ```ts
+   * import { init } from "@dcomm/dcomm";
+   * import assert from "node:assert/strict";
+   * await using pg = await init({ rank: 0, worldSize: 1, env: {}, transport: "tcp" });
+   * await using next = await pg.shrink();
+   * assert.deepEqual([next.rank, next.size], [0, 1]);
+   * await next.barrier();
+   * ```
+   *
+   * @param options The ranks to leave out and how long to wait.
+   * @returns The new world group.
+   * @throws {UnsupportedError} On a sub-group, over threads (`inproc`), or on the mpi and nccl backends.
+   * @throws {DistError} If this rank is excluded or arrives too late for the new group, `exclude` leaves no
+   *   rank, or another shrink of this group is running.
+   */
+  shrink(options?: ShrinkOptions): Promise<ProcessGroup>;
   /** Closes the group (for the world group: the whole backend). */
   close(): Promise<void>;
 }

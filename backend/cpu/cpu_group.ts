@@ -12,8 +12,8 @@ import { pinBuffer } from "../_pin.ts";
 import { checkGroupRanks } from "../_checks.ts";
 import type { DType, ReduceOp, TypedArray } from "../../core/dtype.ts";
 import { epochNowMs } from "../../ffi/libc/libc.ts";
-import { DistError, RevokedError } from "../../core/errors.ts";
-import type { AllocOptions, AnyTensor, GroupOptions, ProcessGroup } from "../process_group.ts";
+import { DistError, RevokedError, TimeoutError, UnsupportedError } from "../../core/errors.ts";
+import type { AllocOptions, AnyTensor, GroupOptions, ProcessGroup, ShrinkOptions } from "../process_group.ts";
 import { type CallRecord, GroupFront } from "../_front.ts";
 import type { MonitorStore } from "../_monitored_barrier.ts";
 import { afterWork, premulAsSum } from "../_premul.ts";
@@ -65,6 +65,11 @@ export interface CpuGroupOptions {
   store?: MonitorStore;
   /** Whether reducing calls run in deterministic mode by default (`init({ deterministic })`). */
   deterministic?: boolean;
+  /**
+   * Starts an engine for a new world of `size` ranks (this one `rank`) under the store key `prefix`, as
+   * this world's was started: what `shrink()` makes its world with. None over threads (one shared mesh).
+   */
+  reform?: (rank: number, size: number, prefix: string) => Promise<EngineHandle>;
 }
 
 /** A process group of the CPU backend. */
@@ -80,6 +85,9 @@ export class CpuProcessGroup extends GroupFront {
   #onClose?: (failed: boolean) => Promise<void>;
   #store: MonitorStore | undefined;
   readonly #deterministic: boolean;
+  #reform: CpuGroupOptions["reform"];
+  #shrinks = 0;
+  #shrinking = false;
   #monitor: MonitorStore | undefined;
   #closed = false;
   #lastTensor: TypedArray | undefined;
@@ -111,6 +119,7 @@ export class CpuProcessGroup extends GroupFront {
     this.#onClose = options.onClose;
     this.#store = options.store;
     this.#deterministic = options.deterministic ?? false;
+    this.#reform = options.reform;
     this.#site = new GroupSite(engine, options.id);
   }
 
@@ -199,6 +208,75 @@ export class CpuProcessGroup extends GroupFront {
       `Cannot release: expected a tensor from this backend's alloc() not released yet, found a ` +
         `${tensor?.constructor?.name ?? typeof tensor} of ${tensor?.length} elements`,
     );
+  }
+
+  /**
+   * The survivors' new world (see `ProcessGroup.shrink`): each writes that it is here under
+   * `<prefix>/shrink/<n>/alive/<rank>`, waits up to the window for the ranks not excluded (nor named dead by
+   * this world's failure), proposes those present, and the first proposal stored (`compareSet`) is the new
+   * world's members, for every rank; each then starts an engine as this world's was, under the key
+   * `<prefix>/shrink/<n>/world`.
+   */
+  override async shrink(options: ShrinkOptions = {}): Promise<ProcessGroup> {
+    if (this.isClosed) throw new DistError("Cannot shrink: the process group is closed");
+    if (this.#id !== 0) {
+      throw new UnsupportedError(
+        "Cannot shrink a sub-group: shrink the world group, then make the sub-groups of the new world",
+      );
+    }
+    const reform = this.#reform, store = this.#store;
+    if (reform === undefined || store === undefined) {
+      throw new UnsupportedError(
+        "Cannot shrink a world of threads (one in-process mesh): shrinking needs a transport that connects anew (tcp, shm, hybrid)",
+      );
+    }
+    const me = this.ranks[this.rank];
+    const exclude = checkExclude(options.exclude, this.size, me);
+    const timeoutMs = options.timeoutMs ?? this.#timeoutMs;
+    const windowMs = options.windowMs ?? Math.min(5_000, this.#timeoutMs);
+    if (!(typeof windowMs === "number" && windowMs > 0 && Number.isFinite(windowMs))) {
+      throw new RangeError(`Cannot shrink: expected windowMs a number of ms > 0, found ${String(windowMs)}`);
+    }
+    if (this.#shrinking) throw new DistError("Cannot shrink: another shrink of this group is running");
+    this.#shrinking = true;
+    try {
+      const base = `${store.prefix}/shrink/${this.#shrinks++}`;
+      const gone = new Set([...exclude, ...deadIn(this.#engine.failure)]);
+      gone.delete(me);
+      const key = (r: number): string => `${base}/alive/${r}`;
+      await store.store.set(key(me), "1");
+      const candidates = this.ranks.map((_, r) => r).filter((r) => !gone.has(r));
+      try {
+        await store.store.wait(candidates.map(key), { timeoutMs: windowMs });
+      } catch (e) {
+        if (!(e instanceof TimeoutError)) throw e;
+      }
+      const present: number[] = [];
+      for (const r of candidates) if (r === me || await store.store.check([key(r)])) present.push(r);
+      const decided = await store.store.compareSet(`${base}/members`, "", JSON.stringify(present));
+      const members = JSON.parse(new TextDecoder().decode(decided)) as number[];
+      const rank = members.indexOf(me);
+      if (rank < 0) {
+        throw new DistError(
+          `Cannot shrink: rank ${me} is not in the new world [${
+            members.join(", ")
+          }] (it came too late, or another rank excluded it)`,
+        );
+      }
+      const prefix = `${base}/world`;
+      const engine = await reform(rank, members.length, prefix);
+      return new CpuProcessGroup(engine, {
+        id: 0,
+        ranks: members.map((_, i) => i),
+        globalRank: rank,
+        timeoutMs,
+        store: { store: store.store, prefix },
+        deterministic: this.#deterministic,
+        reform: (r, n, p) => reform(r, n, p),
+      });
+    } finally {
+      this.#shrinking = false;
+    }
   }
 
   /** The world's transport aborted with a RevokedError, which every rank's calls then fail with. */
@@ -516,4 +594,32 @@ class GroupSite implements RouteSite {
   get pool(): ArrayBufferLike | undefined {
     return this.#engine.pool?.bytes.buffer;
   }
+}
+
+/** `shrink()`'s exclude list, checked: ranks of the group, not every one, not this one. */
+function checkExclude(exclude: unknown, size: number, me: number): number[] {
+  if (exclude === undefined) return [];
+  if (!Array.isArray(exclude) || exclude.some((r) => !Number.isSafeInteger(r) || r < 0 || r >= size)) {
+    throw new RangeError(
+      `Cannot shrink: expected exclude to list ranks in 0..${size - 1}, found ${JSON.stringify(exclude)}`,
+    );
+  }
+  if (new Set(exclude).size >= size) {
+    throw new RangeError(`Cannot shrink: excluding every rank (${size}) leaves no group`);
+  }
+  if (exclude.includes(me)) {
+    throw new DistError(`Cannot shrink: this rank (${me}) is in exclude; only the others shrink`);
+  }
+  return exclude as number[];
+}
+
+/** The ranks a world's failure says are dead ("Rank 2 died …", through relays and causes). */
+function deadIn(failure: Error | undefined): number[] {
+  const dead: number[] = [];
+  for (let e: unknown = failure, depth = 0; e instanceof Error && depth < 8; e = e.cause, depth++) {
+    for (const m of e.message.matchAll(/Rank (\d+) (?:died|closed its connection|is gone)/g)) {
+      dead.push(Number(m[1]));
+    }
+  }
+  return [...new Set(dead)];
 }

@@ -17,6 +17,7 @@ import { environment, Rendezvous } from "../_rendezvous.ts";
 import { defaultHostname, hostPort } from "../env.ts";
 import { bytesText, debugLog, debugOn } from "../_debug.ts";
 import type { InitOptions } from "../init.ts";
+import type { EngineConfig } from "./_protocol.ts";
 import { CpuProcessGroup } from "./cpu_group.ts";
 import { EngineHandle } from "./_engine_handle.ts";
 import { heartbeatMs } from "./_heartbeat.ts";
@@ -109,8 +110,9 @@ export async function initCpu(options: InitOptions = {}): Promise<CpuProcessGrou
   const met = performance.now();
   const inproc = options.inprocMesh !== undefined;
   let engine: EngineHandle;
+  let config: EngineConfig;
   try {
-    engine = await EngineHandle.start({
+    config = {
       rank: info.rank,
       size: info.worldSize,
       store: rendezvous.address,
@@ -129,7 +131,8 @@ export async function initCpu(options: InitOptions = {}): Promise<CpuProcessGrou
       phases: (vars["DCOMM_TIMELINE"] ?? "").trim() !== "",
       segmentInlineBytes: segment.options.inlineBytes,
       segmentInlineSpinMs: segment.options.inlineSpinMs,
-    });
+    };
+    engine = await EngineHandle.start(config);
   } catch (e) {
     // The others' connect phases began with this one's and time out a moment later: the rank serving the
     // store keeps it that moment, so that each says whom it waited for, not that the store went away.
@@ -148,6 +151,10 @@ export async function initCpu(options: InitOptions = {}): Promise<CpuProcessGrou
     onClose: (failed: boolean) => rendezvous.checkOut("", failed),
     store: { store: rendezvous.store, prefix: rendezvous.prefix },
     deterministic: options.deterministic ?? false,
+    // A new world of some of these ranks (shrink): the same engine, connected anew under its own prefix.
+    reform: inproc
+      ? undefined
+      : (rank, size, prefix) => EngineHandle.start({ ...config, rank, size, prefix }),
   });
 }
 

@@ -234,9 +234,9 @@ export class MpiProcessGroup extends GroupFront {
     return `the mpi group of ${this.#who}`;
   }
 
-  /** MPI_Comm_revoke is ULFM's (MPIX_Comm_revoke), which MPICH 4.0 does not build. */
-  protected override get revokeUnsupported(): string {
-    return "MPI has no revoke without ULFM (MPIX_Comm_revoke), which MPICH 4.0 does not have";
+  /** Revoking and shrinking a communicator are ULFM's (MPIX_Comm_revoke, MPIX_Comm_shrink), not in MPICH 4.0. */
+  protected override get faultToleranceUnsupported(): string {
+    return "MPI has no revoke or shrink without ULFM (MPIX_Comm_revoke, MPIX_Comm_shrink), which MPICH 4.0 does not have";
   }
 
   protected checkAlgorithm(collective: Collective, name: string): void {

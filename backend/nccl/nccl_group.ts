@@ -327,9 +327,9 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
   }
 
   /** @internal Refuses every algorithm name but `"nccl"` (and `"auto"`, which the front lets through). */
-  /** ncclCommRevoke (NCCL 2.28.7) is not bound yet. */
-  protected override get revokeUnsupported(): string {
-    return "ncclCommRevoke (NCCL 2.28.7) is not bound yet";
+  /** ncclCommRevoke (NCCL 2.28.7) and ncclCommShrink (2.27) are not bound yet. */
+  protected override get faultToleranceUnsupported(): string {
+    return "ncclCommRevoke (NCCL 2.28.7) and ncclCommShrink (2.27) are not bound yet";
   }
 
   protected checkAlgorithm(collective: Collective, name: string): void {

@@ -3,63 +3,11 @@
  * fail fast with an error that says what happened and to whom — never hang.
  */
 import assert from "node:assert/strict";
-import { generateSecret } from "../../store/secret.ts";
 import { spawnThreads } from "../../backend/threads.ts";
 import type { TimeoutResult } from "./_fixtures/timeouts.ts";
-import { freePort } from "../_util/net.ts";
+import { type Rank, startRanks, until } from "../_util/processes.ts";
 
 const FIXTURE = new URL("./_fixtures/fault_rank.ts", import.meta.url).pathname;
-
-interface Rank {
-  child: Deno.ChildProcess;
-  lines: string[];
-  done: Promise<void>;
-}
-
-async function start(
-  size: number,
-  args: string[],
-  env: Record<string, string> = {},
-): Promise<Rank[]> {
-  const port = await freePort();
-  const secret = generateSecret();
-  return Array.from({ length: size }, (_, rank) => {
-    const child = new Deno.Command(Deno.execPath(), {
-      args: ["run", "-A", FIXTURE, ...args],
-      env: {
-        ...env,
-        RANK: String(rank),
-        WORLD_SIZE: String(size),
-        MASTER_ADDR: "127.0.0.1",
-        MASTER_PORT: String(port),
-        DCOMM_STORE_SECRET: secret,
-      },
-      stdout: "piped",
-      stderr: "inherit",
-    }).spawn();
-    const lines: string[] = [];
-    const done = (async () => {
-      const decoder = new TextDecoder();
-      let buf = "";
-      for await (const chunk of child.stdout) {
-        buf += decoder.decode(chunk);
-        const parts = buf.split("\n");
-        buf = parts.pop() ?? "";
-        lines.push(...parts);
-      }
-      await child.status;
-    })();
-    return { child, lines, done };
-  });
-}
-
-async function until(cond: () => boolean, ms: number): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`Condition not met within ${ms} ms`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
 
 function failure(rank: Rank): { name: string; ms: number; message: string } | undefined {
   const line = rank.lines.find((l) => l.startsWith("FAILED "));
@@ -113,7 +61,8 @@ for (const [transport, size] of KILLED) {
       ? size
       : "big";
     // hybrid: ranks 0, 1 on one host and 2, 3 on another (shared memory within, TCP between).
-    const ranks = await start(
+    const ranks = await startRanks(
+      FIXTURE,
       4,
       ["loop", variant],
       transport === "hybrid"
@@ -184,7 +133,7 @@ const MISMATCHES = [
 ];
 for (const [variant, transport, algorithm] of MISMATCHES) {
   Deno.test(`mismatched calls (${variant}, ${transport} ${algorithm}) fail on every rank, naming both ranks and both calls`, async () => {
-    const ranks = await start(3, ["mismatch", variant], {
+    const ranks = await startRanks(FIXTURE, 3, ["mismatch", variant], {
       DCOMM_TRANSPORT: transport,
       FAULT_ALGORITHM: algorithm,
     });
@@ -214,7 +163,10 @@ for (const [variant, transport, algorithm] of MISMATCHES) {
 
 for (const transport of ["tcp", "shm"]) {
   Deno.test(`a rank that skips a collective makes the others time out, naming the call and the awaited rank (${transport})`, async () => {
-    const ranks = await start(3, ["skip"], { DCOMM_TRANSPORT: transport, FAULT_TIMEOUT_MS: "1500" });
+    const ranks = await startRanks(FIXTURE, 3, ["skip"], {
+      DCOMM_TRANSPORT: transport,
+      FAULT_TIMEOUT_MS: "1500",
+    });
     await Promise.all(ranks.map((r) => r.done));
     const f0 = failure(ranks[0]);
     assert.ok(f0, ranks[0].lines.join(" | "));
@@ -229,7 +181,7 @@ for (const transport of ["tcp", "shm"]) {
 
 for (const call of ["small", "big", "gather", "barrier"]) {
   Deno.test(`a rank that closed its group fails the others' next call through the host segment at once (${call})`, async () => {
-    const ranks = await start(3, ["closed", call], { DCOMM_TRANSPORT: "shm" });
+    const ranks = await startRanks(FIXTURE, 3, ["closed", call], { DCOMM_TRANSPORT: "shm" });
     await Promise.all(ranks.map((r) => r.done));
     for (const r of [0, 2]) {
       const f = failure(ranks[r]);
@@ -245,7 +197,7 @@ for (const call of ["small", "big", "gather", "barrier"]) {
 
 for (const transport of ["tcp", "shm"]) {
   Deno.test(`a receive from ANY_SOURCE that no rank sends to times out, naming every rank it waited for (${transport})`, async () => {
-    const ranks = await start(3, ["skip", "anySource"], {
+    const ranks = await startRanks(FIXTURE, 3, ["skip", "anySource"], {
       DCOMM_TRANSPORT: transport,
       FAULT_TIMEOUT_MS: "1500",
     });

@@ -147,6 +147,9 @@ function checkShapes(a: Answers, backend: string): void {
   }
 }
 
+const ULFM =
+  "MPI has no revoke or shrink without ULFM (MPIX_Comm_revoke, MPIX_Comm_shrink), which MPICH 4.0 does not have";
+const NCCL_FT = "ncclCommRevoke (NCCL 2.28.7) and ncclCommShrink (2.27) are not bound yet";
 const mpiGate = { missing: hasCommand("mpiexec") ? undefined : "MPI not installed (apt-get install mpich)" };
 const ncclGate = { missing: NCCL_MISSING };
 
@@ -162,22 +165,25 @@ gatedTest("the cpu, mpi and nccl groups refuse the same bad calls with the same 
   const { algorithm: a2, commDtype: c2, compression: z2, bitwise: b2, ...mpiAll } = mpi.errors;
   const { algorithm: a3, commDtype: c3, compression: z3, bitwise: b3, ...ncclAll } = nccl.errors;
   // A receive from any rank: cpu and mpi have one (a world of one has no other rank); NCCL has none.
-  const { anySource: s1, anySourceBatch: sb1, revoke: r1, afterRevoke: ar1, ...cpuRest } = cpuAll;
-  const { anySource: s2, anySourceBatch: sb2, revoke: r2, afterRevoke: ar2, ...mpiRest } = mpiAll;
-  const { anySource: s3, anySourceBatch: sb3, revoke: r3, afterRevoke: ar3, ...ncclRest } = ncclAll;
+  const { anySource: s1, anySourceBatch: sb1, revoke: r1, afterRevoke: ar1, shrink: h1, ...cpuRest } = cpuAll;
+  const { anySource: s2, anySourceBatch: sb2, revoke: r2, afterRevoke: ar2, shrink: h2, ...mpiRest } = mpiAll;
+  const { anySource: s3, anySourceBatch: sb3, revoke: r3, afterRevoke: ar3, shrink: h3, ...ncclRest } =
+    ncclAll;
   // Revoking: the cpu backend does (the next call fails with the RevokedError); MPICH and the nccl backend
   // refuse, saying why, and the group goes on.
   assert.deepEqual([r1, ar1], ["no error", "RevokedError: Group 0 revoked by rank 0: the test's"]);
   assert.deepEqual([r2, ar2], [
-    "UnsupportedError: Cannot revoke a group of the mpi backend: MPI has no revoke without ULFM " +
-    "(MPIX_Comm_revoke), which MPICH 4.0 does not have",
+    "UnsupportedError: Cannot revoke a group of the mpi backend: " + ULFM,
     "no error",
   ]);
   assert.equal(
     r3,
-    "UnsupportedError: Cannot revoke a group of the nccl backend: ncclCommRevoke (NCCL 2.28.7) is not bound yet",
+    "UnsupportedError: Cannot revoke a group of the nccl backend: " + NCCL_FT,
   );
   assert.doesNotMatch(ar3, /Revoked/); // (a barrier without a GPU fails as it did before)
+  assert.equal(h1, "(tests/backend/shrink_test.ts)");
+  assert.equal(h2, "UnsupportedError: Cannot shrink a group of the mpi backend: " + ULFM);
+  assert.equal(h3, "UnsupportedError: Cannot shrink a group of the nccl backend: " + NCCL_FT);
   assert.equal(cpu.errors.revokeBad, "TypeError: Cannot revoke: expected a reason string, found number");
   assert.equal(s1, "RangeError: Cannot recv from ANY_SOURCE: the group has no rank but this one");
   assert.equal(

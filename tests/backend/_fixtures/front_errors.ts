@@ -111,6 +111,7 @@ const errors: Record<string, string> = {
   bitwise: await answer(() => pg.allReduce(new Int32Array(2), { op: "bxor" })),
 };
 // Last, since it ends the group: cpu revokes (and the next call says so), mpi and nccl refuse.
+errors.shrink = pg.backend === "cpu" ? "(tests/backend/shrink_test.ts)" : await answer(() => pg.shrink());
 errors.revokeBad = await answer(() => pg.revoke(7 as never));
 errors.revoke = await answer(() => pg.revoke("the test's"));
 errors.afterRevoke = await answer(() => pg.barrier());
