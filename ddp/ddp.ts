@@ -22,7 +22,7 @@
 import { type DType, dtypeOf, dtypeSize, type TypedArray } from "../core/dtype.ts";
 import { DistError } from "../core/errors.ts";
 import type { ProcessGroup } from "../backend/process_group.ts";
-import { allReduceHook, type CommHook, type HookReport } from "./hooks.ts";
+import { allReduceHook, type CommHook, type HookBucket, type HookReport } from "./hooks.ts";
 
 /**
  * Options of {@linkcode DistributedDataParallel.create}.
@@ -77,6 +77,14 @@ export interface DdpOptions<T extends TypedArray = TypedArray> {
    * @default none
    */
   shapes?: readonly (readonly number[] | undefined)[];
+  /**
+   * Keep training when a rank dies: a step whose collectives fail (a lost rank, a revoke) revokes the
+   * group, shrinks it to the ranks still here (`pg.shrink()`), and averages the step's gradients again over
+   * them, from a copy of each bucket taken at its launch; {@linkcode DistributedDataParallel.pg} is then the
+   * new group. Needs a backend that can shrink (cpu, over TCP, shared memory or hybrid) and a hook without
+   * state (`allReduceHook`, `fp16CompressHook`, `bf16CompressHook`). @default false
+   */
+  faultTolerant?: boolean | { readonly windowMs?: number };
 }
 
 /**
@@ -170,6 +178,11 @@ export interface StepReport {
   readonly waitMs: number;
   /** The parameters treated as unused (zero gradient) this step. */
   readonly unused: readonly number[];
+  /**
+   * With `faultTolerant`, on a step whose collectives failed: the group's size before and after the shrink
+   * its gradients were averaged again over.
+   */
+  readonly shrunk?: { readonly from: number; readonly to: number; readonly members: readonly number[] };
 }
 
 interface Bucket {
@@ -209,8 +222,7 @@ const MIB = 1 << 20;
  * ```
  */
 export class DistributedDataParallel<T extends TypedArray = TypedArray> {
-  /** The process group. */
-  readonly pg: ProcessGroup;
+  #pg: ProcessGroup;
   /** The parameters, as registered. */
   readonly params: readonly T[];
   /** The gradients, one per parameter: the arrays given, or views into the buckets. */
@@ -227,6 +239,14 @@ export class DistributedDataParallel<T extends TypedArray = TypedArray> {
   #sync = true;
   #findUnused: boolean;
   #closed = false;
+  /** With `faultTolerant`: each bucket's gradients as they were launched, and shrink's window. */
+  #shadows: TypedArray[] | undefined;
+  /** With `faultTolerant`: each bucket's average of the last step that completed here. */
+  #lastResult: TypedArray[] | undefined;
+  /** Steps that communicated and completed on this rank. */
+  #steps = 0;
+  #windowMs: number | undefined;
+  #shrinks: { from: number; to: number; members: number[] }[] = [];
 
   private constructor(
     pg: ProcessGroup,
@@ -235,7 +255,7 @@ export class DistributedDataParallel<T extends TypedArray = TypedArray> {
     layout: { buckets: Bucket[]; where: { bucket: number; offset: number }[] },
     options: DdpOptions<T>,
   ) {
-    this.pg = pg;
+    this.#pg = pg;
     this.params = params;
     this.#buckets = layout.buckets;
     this.#where = layout.where;
@@ -251,6 +271,34 @@ export class DistributedDataParallel<T extends TypedArray = TypedArray> {
     this.#shapes = options.shapes ?? [];
     this.#ready = params.map(() => false);
     this.#findUnused = options.findUnusedParameters ?? false;
+    const ft = options.faultTolerant ?? false;
+    if (ft !== false) {
+      if (this.hook.state() !== undefined) {
+        throw new TypeError(
+          `Cannot create DistributedDataParallel: faultTolerant needs a hook without state (allreduce, fp16, bf16), found the ${this.hook.name} hook, whose state a failed step leaves half updated`,
+        );
+      }
+      this.#shadows = layout.buckets.map((b) => b.buffer.slice());
+      this.#lastResult = layout.buckets.map((b) => b.buffer.slice());
+      this.#windowMs = typeof ft === "object" ? ft.windowMs : undefined;
+    }
+  }
+
+  /** The process group: the one given, or, after a fault-tolerant step shrank it, the survivors'. */
+  get pg(): ProcessGroup {
+    return this.#pg;
+  }
+
+  /**
+   * With `faultTolerant`: each shrink so far: the group's size before and after, and the new group's
+   * members by their ranks in the group before.
+   */
+  get shrinks(): readonly {
+    readonly from: number;
+    readonly to: number;
+    readonly members: readonly number[];
+  }[] {
+    return this.#shrinks;
   }
 
   /**
@@ -409,12 +457,20 @@ export class DistributedDataParallel<T extends TypedArray = TypedArray> {
       }
       this.#launchReady();
     }
-    const reports: BucketReport[] = [];
+    let reports: BucketReport[] = [];
+    let shrunk: { from: number; to: number; members: number[] } | undefined;
     try {
       for (const b of this.#buckets) {
         const hook = await (b.running as Promise<HookReport>);
         reports.push({ ...b.info, hook, launchedAt: b.launchedAt });
       }
+    } catch (e) {
+      if (this.#shadows === undefined || !(e instanceof DistError)) {
+        this.#reset();
+        throw e;
+      }
+      reports = await this.#recover(e);
+      shrunk = this.#shrinks.at(-1);
     } finally {
       this.#reset();
     }
@@ -428,6 +484,10 @@ export class DistributedDataParallel<T extends TypedArray = TypedArray> {
         );
       });
     }
+    this.#steps++;
+    if (this.#lastResult) {
+      this.#buckets.forEach((b, i) => (this.#lastResult as TypedArray[])[i].set(b.buffer as never));
+    }
     const works = reports.flatMap((r) => r.hook.works);
     return {
       communicated: true,
@@ -437,6 +497,7 @@ export class DistributedDataParallel<T extends TypedArray = TypedArray> {
       lastFinishedAt: Math.max(...works.map((w) => w.finishedAt)),
       waitMs: performance.now() - t0,
       unused,
+      ...(shrunk ? { shrunk } : {}),
     };
   }
 
@@ -489,19 +550,76 @@ export class DistributedDataParallel<T extends TypedArray = TypedArray> {
     if (this.#closed) throw new DistError(`Cannot ${what}: this DistributedDataParallel is closed`);
   }
 
+  /**
+   * A step whose collectives failed, again on the ranks still here: every bucket settles, the group is
+   * revoked (so every rank's calls fail, not only those that waited for the lost one) and shrunk, and each
+   * bucket is averaged from its launch copy over the new group, in bucket order.
+   */
+  async #recover(failure: DistError): Promise<BucketReport[]> {
+    await Promise.allSettled(this.#buckets.map((b) => b.running));
+    const old = this.#pg;
+    try {
+      old.revoke(`a step of DistributedDataParallel failed: ${failure.message}`);
+    } catch {
+      // revoked already, or closed: the shrink says what is wrong
+    }
+    const next = await old.shrink({ windowMs: this.#windowMs });
+    this.#pg = next;
+    const reports: BucketReport[] = [];
+    // The quorum's step: a rank whose step failed may find that others completed it (their collectives had
+    // what they needed before the lost rank went); those are one step ahead. The first of them then sends
+    // that step's averages to all, which the ranks behind take as their step's result; the ranks ahead go
+    // on to average their own step again, which the others join at their next synchronize().
+    const quorum = await next.allGatherObject({ step: this.#steps, rank: old.rank });
+    const steps = quorum.map((q) => q.step);
+    this.#shrinks.push({ from: old.size, to: next.size, members: quorum.map((q) => q.rank) });
+    const ahead = Math.max(...steps), behind = Math.min(...steps);
+    if (ahead - behind > 1) {
+      throw new DistError(`Cannot recover the step: the ranks left are at steps ${steps.join(", ")}`, {
+        cause: failure,
+      });
+    }
+    if (ahead !== behind) {
+      const root = steps.indexOf(ahead), last = this.#lastResult as TypedArray[];
+      for (const [i, b] of this.#buckets.entries()) {
+        const into = this.#steps === ahead ? last[i] : b.buffer;
+        const work = await next.broadcast(into, { root, dtype: b.info.dtype }).wait();
+        reports.push({
+          ...b.info,
+          hook: { works: work ? [work] : [], wireDtype: b.info.dtype },
+          launchedAt: 0,
+        });
+      }
+      if (this.#steps === behind) return reports;
+      reports.length = 0;
+    }
+    for (const [i, b] of this.#buckets.entries()) {
+      b.buffer.set((this.#shadows as TypedArray[])[i] as never);
+      b.launchedAt = performance.timeOrigin + performance.now();
+      const hook = await this.hook.run(next, this.#hookBucket(b));
+      reports.push({ ...b.info, hook, launchedAt: b.launchedAt });
+    }
+    return reports;
+  }
+
+  #hookBucket(b: Bucket): HookBucket {
+    return {
+      index: b.info.index,
+      buffer: b.buffer,
+      dtype: b.info.dtype,
+      params: b.info.params,
+      offsets: b.offsets,
+      shapes: b.info.params.map((i) => this.#shapes[i]),
+    };
+  }
+
   /** Hands every bucket that is ready, in order, to the hook. */
   #launchReady(): void {
     while (this.#next < this.#buckets.length && this.#buckets[this.#next].pending === 0) {
       const b = this.#buckets[this.#next++];
+      this.#shadows?.[b.info.index].set(b.buffer as never);
       b.launchedAt = performance.timeOrigin + performance.now();
-      b.running = this.hook.run(this.pg, {
-        index: b.info.index,
-        buffer: b.buffer,
-        dtype: b.info.dtype,
-        params: b.info.params,
-        offsets: b.offsets,
-        shapes: b.info.params.map((i) => this.#shapes[i]),
-      });
+      b.running = this.hook.run(this.#pg, this.#hookBucket(b));
       // A failure is seen by synchronize(); until then it must not count as unhandled.
       b.running.catch(() => {});
     }
