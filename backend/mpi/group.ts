@@ -234,7 +234,7 @@ export class MpiProcessGroup extends GroupFront {
     return `the mpi group of ${this.#who}`;
   }
 
-  /** Revoking and shrinking a communicator are ULFM's (MPIX_Comm_revoke, MPIX_Comm_shrink), not in MPICH 4.0. */
+  /** @internal Revoking and shrinking a communicator are ULFM's (MPIX_Comm_revoke, MPIX_Comm_shrink), not in MPICH 4.0. */
   protected override get faultToleranceUnsupported(): string {
     return "MPI has no revoke or shrink without ULFM (MPIX_Comm_revoke, MPIX_Comm_shrink), which MPICH 4.0 does not have";
   }

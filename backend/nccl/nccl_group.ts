@@ -326,12 +326,12 @@ export class NcclProcessGroup extends GroupFront<NcclWork> {
     return this.#monitor ??= s && { store: s.store, prefix: `${s.prefix}/monitored-barrier/${this.#id}` };
   }
 
-  /** @internal Refuses every algorithm name but `"nccl"` (and `"auto"`, which the front lets through). */
-  /** ncclCommRevoke (NCCL 2.28.7) and ncclCommShrink (2.27) are not bound yet. */
+  /** @internal ncclCommRevoke (NCCL 2.28.7) and ncclCommShrink (2.27) are not bound yet. */
   protected override get faultToleranceUnsupported(): string {
     return "ncclCommRevoke (NCCL 2.28.7) and ncclCommShrink (2.27) are not bound yet";
   }
 
+  /** @internal Refuses every algorithm name but `"nccl"` (and `"auto"`, which the front lets through). */
   protected checkAlgorithm(collective: Collective, name: string): void {
     if (name === "nccl") return;
     throw new UnsupportedError(

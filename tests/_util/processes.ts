@@ -66,3 +66,15 @@ export async function until(cond: () => boolean, ms: number): Promise<void> {
     await new Promise((r) => setTimeout(r, 20));
   }
 }
+
+/** SIGKILLs every rank still running (a test's cleanup) and waits for all to end. */
+export async function stopAll(ranks: readonly Rank[]): Promise<void> {
+  for (const r of ranks) {
+    try {
+      r.child.kill("SIGKILL");
+    } catch {
+      // ended already
+    }
+  }
+  await Promise.all(ranks.map((r) => r.done));
+}

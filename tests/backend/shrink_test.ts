@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { init } from "../../backend/init.ts";
 import { spawnThreads } from "../../backend/threads.ts";
-import { type Rank, startRanks, until } from "../_util/processes.ts";
+import { type Rank, startRanks, stopAll, until } from "../_util/processes.ts";
 
 const FIXTURE = new URL("./_fixtures/shrink_rank.ts", import.meta.url).pathname;
 
@@ -35,14 +35,7 @@ for (const [transport, trial] of ["tcp", "shm"].flatMap((t) => [[t, 1], [t, 2], 
       ]]);
       for (const r of results) assert.ok(r.recoverMs < 10_000, `recovered in ${r.recoverMs} ms`);
     } finally {
-      for (const r of ranks) {
-        try {
-          r.child.kill("SIGKILL");
-        } catch {
-          // ended already
-        }
-      }
-      await Promise.all(ranks.map((r) => r.done));
+      await stopAll(ranks);
     }
   });
 }
@@ -66,11 +59,15 @@ Deno.test("an excluded rank that calls shrink is refused; the others form the wo
   );
 });
 
-Deno.test("shrink refuses bad input: no rank left, ranks out of range, sub-groups, threads", async () => {
+Deno.test("shrink refuses bad input: no rank left, ranks out of range, two at once, sub-groups, threads", async () => {
   await using pg = await init({ rank: 0, worldSize: 1, env: {}, transport: "tcp" });
   await assert.rejects(pg.shrink({ exclude: [0] }), /excluding every rank \(1\) leaves no group/);
   await assert.rejects(pg.shrink({ exclude: [3] }), /expected exclude to list ranks in 0\.\.0, found \[3\]/);
   await assert.rejects(pg.shrink({ windowMs: -1 }), /expected windowMs a number of ms > 0, found -1/);
+  // Two at once on one rank: the second is refused, the first goes on.
+  const first = pg.shrink();
+  await assert.rejects(pg.shrink(), /another shrink of this group is running/);
+  await (await first).close();
   const sub = await pg.newGroup([0]);
   await assert.rejects(sub.shrink(), /Cannot shrink a sub-group: shrink the world group/);
   const [threads] = await spawnThreads(new URL("./_fixtures/shrink_threads.ts", import.meta.url), {

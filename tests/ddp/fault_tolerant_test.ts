@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { init } from "../../backend/init.ts";
 import { DistributedDataParallel, signCompressHook } from "../../ddp/mod.ts";
-import { type Rank, startRanks, until } from "../_util/processes.ts";
+import { type Rank, startRanks, stopAll, until } from "../_util/processes.ts";
 
 const FIXTURE = new URL("./_fixtures/ft_rank.ts", import.meta.url).pathname;
 
@@ -31,14 +31,7 @@ for (const [transport, trial] of ["tcp", "shm"].flatMap((t) => [[t, 1], [t, 2]] 
         assert.equal(r.size, 3);
       }
     } finally {
-      for (const r of ranks) {
-        try {
-          r.child.kill("SIGKILL");
-        } catch {
-          // ended already
-        }
-      }
-      await Promise.all(ranks.map((r) => r.done));
+      await stopAll(ranks);
     }
   });
 }
