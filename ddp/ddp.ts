@@ -20,7 +20,7 @@
  * @module
  */
 import { type DType, dtypeOf, dtypeSize, type TypedArray } from "../core/dtype.ts";
-import { DistError } from "../core/errors.ts";
+import { DistError, RevokedError, TransportError } from "../core/errors.ts";
 import type { ProcessGroup } from "../backend/process_group.ts";
 import { allReduceHook, type CommHook, type HookBucket, type HookReport } from "./hooks.ts";
 
@@ -78,7 +78,8 @@ export interface DdpOptions<T extends TypedArray = TypedArray> {
    */
   shapes?: readonly (readonly number[] | undefined)[];
   /**
-   * Keep training when a rank dies: a step whose collectives fail (a lost rank, a revoke) revokes the
+   * Keep training when a rank dies: a step whose collectives fail with a `TransportError` (a lost rank) or
+   * a `RevokedError` (another rank's revoke) revokes the
    * group, shrinks it to the ranks still here (`pg.shrink()`), and averages the step's gradients again over
    * them, from a copy of each bucket taken at its launch; {@linkcode DistributedDataParallel.pg} is then the
    * new group. Needs a backend that can shrink (cpu, over TCP, shared memory or hybrid) and a hook without
@@ -180,7 +181,7 @@ export interface StepReport {
   readonly unused: readonly number[];
   /**
    * With `faultTolerant`, on a step whose collectives failed: the group's size before and after the shrink
-   * its gradients were averaged again over.
+   * its gradients were averaged again over, and the new group's members by their ranks in the group before.
    */
   readonly shrunk?: { readonly from: number; readonly to: number; readonly members: readonly number[] };
 }
@@ -465,7 +466,8 @@ export class DistributedDataParallel<T extends TypedArray = TypedArray> {
         reports.push({ ...b.info, hook, launchedAt: b.launchedAt });
       }
     } catch (e) {
-      if (this.#shadows === undefined || !(e instanceof DistError)) {
+      // A lost rank or a revoke (not a mismatch, which is the program's, nor a timeout, which may be a slow peer).
+      if (this.#shadows === undefined || !(e instanceof TransportError || e instanceof RevokedError)) {
         this.#reset();
         throw e;
       }
