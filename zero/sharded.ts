@@ -1144,6 +1144,18 @@ export class ShardedDataParallel implements AsyncDisposable {
     };
   }
 
+  /** Where this rank's shard of each layer meets each of its parameters, in the layer's coordinates. */
+  *#shardParts(): Generator<{ l: Layer; param: number; offset: number; from: number; to: number }> {
+    for (const l of this.#layers) {
+      const { params, offsets, shard } = l.layout;
+      for (const [j, param] of params.entries()) {
+        const from = Math.max(shard.start, offsets[j]);
+        const to = Math.min(shard.start + shard.count, offsets[j] + this.lengths[param]);
+        if (to > from) yield { l, param, offset: offsets[j], from, to };
+      }
+    }
+  }
+
   /**
    * This rank's checkpoint: its shard of every parameter (the fp32 master values) with the optimizer state.
    *
@@ -1152,22 +1164,16 @@ export class ShardedDataParallel implements AsyncDisposable {
   state(): ZeroState {
     this.#usable("save the state");
     const pieces: ZeroPiece[] = [];
-    for (const l of this.#layers) {
-      const { params, offsets, shard } = l.layout;
-      params.forEach((p, j) => {
-        const from = Math.max(shard.start, offsets[j]),
-          to = Math.min(shard.start + shard.count, offsets[j] + this.lengths[p]);
-        if (to <= from) return;
-        const a = from - shard.start, b = to - shard.start;
-        pieces.push({
-          param: p,
-          start: from - offsets[j],
-          values: l.master.slice(a, b),
-          ...(this.#optimizer.type === "sgd" ? (l.m ? { buffer: l.m.slice(a, b) } : {}) : {
-            m: (l.m as Float32Array).slice(a, b),
-            v: (l.v as Float32Array).slice(a, b),
-          }),
-        });
+    for (const { l, param, offset, from, to } of this.#shardParts()) {
+      const a = from - l.layout.shard.start, b = to - l.layout.shard.start;
+      pieces.push({
+        param,
+        start: from - offset,
+        values: l.master.slice(a, b),
+        ...(this.#optimizer.type === "sgd" ? (l.m ? { buffer: l.m.slice(a, b) } : {}) : {
+          m: (l.m as Float32Array).slice(a, b),
+          v: (l.v as Float32Array).slice(a, b),
+        }),
       });
     }
     return {
@@ -1229,43 +1235,38 @@ export class ShardedDataParallel implements AsyncDisposable {
     for (const s of list) {
       for (const p of s.pieces) byParam.get(p.param)?.push(p) ?? byParam.set(p.param, [p]);
     }
-    for (const l of this.#layers) {
-      const { params, offsets, shard } = l.layout;
-      params.forEach((p, j) => {
-        const from = Math.max(shard.start, offsets[j]),
-          to = Math.min(shard.start + shard.count, offsets[j] + this.lengths[p]);
-        if (to <= from) return;
-        let covered = 0;
-        for (const piece of byParam.get(p) ?? []) {
-          const a = Math.max(from - offsets[j], piece.start),
-            b = Math.min(to - offsets[j], piece.start + piece.values.length);
-          if (b <= a) continue;
-          const at = offsets[j] + a - shard.start,
-            src = (x: Float32Array): Float32Array => x.subarray(a - piece.start, b - piece.start);
-          l.master.set(src(piece.values), at);
-          const m = piece.m ?? piece.buffer;
-          if (l.m && !m) {
-            fail(
-              `Cannot load a state: parameter ${p}'s piece at ${piece.start} has no momentum or first moment`,
-            );
-          }
-          if (l.v && !piece.v) {
-            fail(`Cannot load a state: parameter ${p}'s piece at ${piece.start} has no second moment`);
-          }
-          if (l.m) l.m.set(src(m as Float32Array), at);
-          if (l.v) l.v.set(src(piece.v as Float32Array), at);
-          covered += b - a;
-        }
-        if (covered < to - from) {
+    for (const { l, param: p, offset, from, to } of this.#shardParts()) {
+      const shard = l.layout.shard;
+      let covered = 0;
+      for (const piece of byParam.get(p) ?? []) {
+        const a = Math.max(from - offset, piece.start),
+          b = Math.min(to - offset, piece.start + piece.values.length);
+        if (b <= a) continue;
+        const at = offset + a - shard.start,
+          src = (x: Float32Array): Float32Array => x.subarray(a - piece.start, b - piece.start);
+        l.master.set(src(piece.values), at);
+        const m = piece.m ?? piece.buffer;
+        if (l.m && !m) {
           fail(
-            `Cannot load a state: elements ${from - offsets[j]}..${
-              to - offsets[j] - 1
-            } of parameter ${p} are not all in it (${covered} of ${
-              to - from
-            } found); pass the states of every rank that saved one`,
+            `Cannot load a state: parameter ${p}'s piece at ${piece.start} has no momentum or first moment`,
           );
         }
-      });
+        if (l.v && !piece.v) {
+          fail(`Cannot load a state: parameter ${p}'s piece at ${piece.start} has no second moment`);
+        }
+        if (l.m) l.m.set(src(m as Float32Array), at);
+        if (l.v) l.v.set(src(piece.v as Float32Array), at);
+        covered += b - a;
+      }
+      if (covered < to - from) {
+        fail(
+          `Cannot load a state: elements ${from - offset}..${
+            to - offset - 1
+          } of parameter ${p} are not all in it (${covered} of ${
+            to - from
+          } found); pass the states of every rank that saved one`,
+        );
+      }
     }
     const steps = this.#pg.size > 1
       ? await this.#pg.allGatherObject(list[0].step, { timeoutMs: this.#timeoutMs })
